@@ -1,0 +1,41 @@
+"""Test-suite setup shared by every test module.
+
+Eight fake CPU devices are requested before JAX is imported anywhere, so sharding tests can build
+(data=2, fsdp=2, tensor=2) and (fsdp=8) meshes; single-device tests simply use device 0.
+"""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pathlib  # noqa: E402
+
+import pytest  # noqa: E402
+
+from agent_r1_jax import paths  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> pathlib.Path:
+  """`../shared/data`, or a skip with the reason when it is absent (as on a user's machine)."""
+  path = paths.shared_data_dir()
+  if not path.is_dir():
+    pytest.skip(f"shared public data not found at {path} (set AGENT_R1_SHARED_DATA to its location)")
+  return path
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer_dir(shared_data: pathlib.Path) -> pathlib.Path:
+  """The real Qwen2.5-Instruct tokenizer directory from the shared data."""
+  path = shared_data / "qwen2.5_tokenizer"
+  if not path.is_dir():
+    pytest.skip(f"Qwen2.5 tokenizer not found at {path}")
+  return path
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+  """Generated artefacts go to a per-session temp folder, never the user's home cache."""
+  monkeypatch.setenv("AGENT_R1_CACHE", str(tmp_path_factory.getbasetemp() / "agent_r1_cache"))
