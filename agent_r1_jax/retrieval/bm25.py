@@ -1,0 +1,149 @@
+"""BM25 lexical index built with bm25s, with a batched sparse-matrix search.
+
+Indexing uses bm25s: each passage `title + " " + text` is lower-cased, split on `\\b\\w\\w+\\b`, English
+stop words are removed, and bm25s precomputes the per-(document, term) BM25 contribution
+
+  s(d, t) = idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))   (`lucene` variant)
+
+into a sparse matrix S [num_docs, vocab] (CSC). The score of query q is score(d, q) = sum_{t in q} s(d, t)
+(a repeated query term counts again, as in bm25s). `search` scores a whole batch of Q queries with one
+sparse product  scores[Q, num_docs] = C[Q, vocab] @ S^T  where C holds query term counts, then keeps the
+top-k per row. Passages with score 0 (no shared term) are never returned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from typing import Sequence
+
+import bm25s
+import numpy as np
+import scipy.sparse as sp
+
+from agent_r1_jax.retrieval.base import check_top_k
+from agent_r1_jax.retrieval.corpus import Passage, SearchHit, corpus_hash, passages_from_rows
+
+_MANIFEST = "agent_r1_bm25.json"
+_PASSAGES = "passages.jsonl"
+_SUPPORTED_METHODS = ("robertson", "lucene", "atire")
+
+
+class BM25Index:
+  """In-process BM25 over a list of passages.
+
+  Args:
+    passages: the corpus.
+    k1, b: BM25 parameters (defaults are Lucene/Anserini's, as used by Search-R1's pyserini BM25).
+    method: bm25s scoring variant, one of "robertson", "lucene", "atire".
+    stopwords: bm25s stop-word setting ("en" or None).
+    query_chunk: queries scored per sparse product (bounds the dense [chunk, num_docs] score block).
+  """
+
+  def __init__(self, passages: Sequence[Passage], *, k1: float = 0.9, b: float = 0.4,
+               method: str = "lucene", stopwords: str | None = "en", query_chunk: int = 64,
+               _retriever: bm25s.BM25 | None = None):
+    if not passages:
+      raise ValueError("BM25Index needs at least one passage")
+    if method not in _SUPPORTED_METHODS:
+      raise ValueError(f"BM25 method must be one of {_SUPPORTED_METHODS}, got {method!r}")
+    self.passages = list(passages)
+    self.settings = {"k1": float(k1), "b": float(b), "method": method, "stopwords": stopwords}
+    self.query_chunk = int(query_chunk)
+    self._tokenizer = bm25s.tokenization.Tokenizer(lower=True, stopwords=stopwords, stemmer=None)
+    if _retriever is None:
+      _retriever = bm25s.BM25(k1=k1, b=b, method=method)
+      tokens = self._tokenizer.tokenize([self._index_text(p) for p in self.passages], update_vocab=True,
+                                        return_as="tuple", show_progress=False)
+      _retriever.index(tokens, show_progress=False)
+    self.retriever = _retriever
+    scores = _retriever.scores
+    if int(scores["num_docs"]) != len(self.passages):
+      raise ValueError(f"BM25 index holds {scores['num_docs']} documents but the corpus has "
+                       f"{len(self.passages)}; rebuild the index for this corpus")
+    self._vocab: dict[str, int] = dict(_retriever.vocab_dict)
+    # S^T as CSR [vocab, num_docs]: the CSC arrays of S [num_docs, vocab] are exactly CSR arrays of S^T.
+    self._doc_term_t = sp.csr_matrix(
+        (np.asarray(scores["data"], np.float32), np.asarray(scores["indices"]), np.asarray(scores["indptr"])),
+        shape=(len(scores["indptr"]) - 1, len(self.passages)))
+
+  @staticmethod
+  def _index_text(p: Passage) -> str:
+    return f"{p.title} {p.text}"
+
+  @classmethod
+  def build(cls, passages: Sequence[Passage], **kwargs) -> BM25Index:
+    """Same as the constructor; reads better at call sites."""
+    return cls(passages, **kwargs)
+
+  def __len__(self) -> int:
+    return len(self.passages)
+
+  def query_token_ids(self, query: str) -> list[int]:
+    """The vocabulary ids of a query's terms (same normalisation as the corpus; unknown terms dropped)."""
+    words = self._tokenizer.splitter(query.lower())
+    stop = self._tokenizer.stopwords or ()
+    stop = set(stop)
+    return [self._vocab[w] for w in words if w not in stop and w in self._vocab]
+
+  def score_matrix(self, queries: Sequence[str]) -> np.ndarray:
+    """Dense BM25 scores float32 [len(queries), num_docs]."""
+    rows, cols = [], []
+    for i, q in enumerate(queries):
+      ids = self.query_token_ids(q)
+      rows.extend([i] * len(ids))
+      cols.extend(ids)
+    counts = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)),
+                           shape=(len(queries), self._doc_term_t.shape[0]))
+    return np.asarray((counts @ self._doc_term_t).toarray(), np.float32)
+
+  def search(self, queries: Sequence[str], top_k: int = 5) -> list[list[SearchHit]]:
+    """Top-k passages per query, scores decreasing, ties broken by corpus order."""
+    check_top_k(top_k)
+    queries = [str(q) for q in queries]
+    out: list[list[SearchHit]] = []
+    for start in range(0, len(queries), self.query_chunk):
+      block = self.score_matrix(queries[start:start + self.query_chunk])
+      for row in block:
+        out.append(self._top_hits(row, top_k))
+    return out
+
+  def _top_hits(self, row: np.ndarray, top_k: int) -> list[SearchHit]:
+    k = min(top_k, row.shape[0])
+    cand = np.argpartition(-row, k - 1)[:k] if k < row.shape[0] else np.arange(row.shape[0])
+    cand = cand[row[cand] > 0]
+    order = np.lexsort((cand, -row[cand]))
+    return [SearchHit(self.passages[int(i)], float(row[i])) for i in cand[order]]
+
+  # --- persistence -------------------------------------------------------------------------------
+  def save(self, directory: str | os.PathLike[str]) -> None:
+    """Writes the bm25s index, the passages and a manifest (corpus hash, settings) to `directory`."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    self.retriever.save(str(directory), show_progress=False)
+    with (directory / _PASSAGES).open("w", encoding="utf-8") as f:
+      for p in self.passages:
+        f.write(json.dumps({"id": p.id, "title": p.title, "text": p.text}, ensure_ascii=False) + "\n")
+    manifest = {"kind": "bm25", "num_passages": len(self.passages), "corpus_hash": corpus_hash(self.passages),
+                "settings": self.settings, "bm25s_version": bm25s.__version__}
+    (directory / _MANIFEST).write_text(json.dumps(manifest, indent=2))
+
+  @classmethod
+  def load(cls, directory: str | os.PathLike[str], passages: Sequence[Passage] | None = None) -> BM25Index:
+    """Loads an index written by `save`; when `passages` is given it must hash to the saved corpus."""
+    directory = pathlib.Path(directory)
+    manifest_path = directory / _MANIFEST
+    if not manifest_path.is_file():
+      raise FileNotFoundError(f"{directory} is not a saved BM25Index (missing {_MANIFEST})")
+    manifest = json.loads(manifest_path.read_text())
+    if passages is None:
+      with (directory / _PASSAGES).open("r", encoding="utf-8") as f:
+        passages = passages_from_rows(json.loads(line) for line in f if line.strip())
+    elif corpus_hash(passages) != manifest["corpus_hash"]:
+      raise ValueError(f"the corpus given does not match the one the BM25 index in {directory} was built "
+                       "on (corpus hash differs); rebuild the index")
+    retriever = bm25s.BM25.load(str(directory), show_progress=False, verbosity=0)
+    s = manifest["settings"]
+    return cls(passages, k1=s["k1"], b=s["b"], method=s["method"], stopwords=s["stopwords"],
+               _retriever=retriever)
