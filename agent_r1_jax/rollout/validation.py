@@ -1,0 +1,107 @@
+"""Up-front checks of a rollout's inputs: each raises one ValueError/TypeError saying what to change.
+
+They run before the first jitted call, so a bad tokenizer, prompt or env fails in a second, not after a
+prefill and several turns of generation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from agent_r1_jax.rollout.config import RolloutConfig
+
+# What the Qwen2.5 / Hermes tool format needs as single tokens: the turn framing the env writes into
+# observations, and the tool-call delimiters the sampler stops on.
+TURN_END = "<|im_end|>"
+TURN_START = "<|im_start|>"
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+REQUIRED_SPECIAL_TOKENS = (TURN_START, TURN_END, TOOL_CALL_OPEN, TOOL_CALL_CLOSE)
+
+# A tool call to a tool no env registers: a Nous-style env answers it with an error observation without
+# running anything, which exercises the observation path's types.
+_PROBE_RESPONSES = (
+    "probe answer without a tool call",
+    f'{TOOL_CALL_OPEN}\n{{"name": "__rollout_probe_no_such_tool__", "arguments": {{}}}}\n{TOOL_CALL_CLOSE}',
+)
+
+
+def special_token_ids(tokenizer: Any, tokens: Sequence[str] = REQUIRED_SPECIAL_TOKENS) -> dict[str, int]:
+  """Maps each required special token to its single id; raises if any is missing or splits."""
+  missing = []
+  ids = {}
+  for token in tokens:
+    encoded = tokenizer.encode(token, add_special_tokens=False)
+    if len(encoded) != 1:
+      missing.append(f"{token!r} -> {list(encoded)}")
+    else:
+      ids[token] = int(encoded[0])
+  if missing:
+    raise ValueError(
+        "the tokenizer does not encode these special tokens as single ids: " + ", ".join(missing)
+        + ". Use a Qwen2.5-style tokenizer (or add them with tokenizer.add_special_tokens) so observations "
+        "and stop tokens keep the chat-template framing.")
+  if getattr(tokenizer, "pad_token_id", None) is None:
+    raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token (Qwen2.5 uses <|endoftext|>)")
+  return ids
+
+
+def check_sampler(sampler: Any, config: RolloutConfig, ids: dict[str, int]) -> None:
+  """The sampler's cache holds P + R slots and it stops on the turn end and `</tool_call>`."""
+  cache = getattr(sampler, "max_cache_length", None)
+  if cache is not None and cache < config.cache_length:
+    raise ValueError(
+        f"the sampler's max_cache_length ({cache}) is smaller than max_prompt_length + max_response_length "
+        f"({config.cache_length}); build the Sampler with max_cache_length >= {config.cache_length}")
+  stops = getattr(sampler, "stop_token_ids", None)
+  if stops is None:
+    return
+  stops = {int(i) for i in stops}
+  needed = {TURN_END: ids[TURN_END], TOOL_CALL_CLOSE: ids[TOOL_CALL_CLOSE]}
+  absent = [f"{name} ({i})" for name, i in needed.items() if i not in stops]
+  absent += [f"end_of_text id {i}" for i in config.end_of_text_ids if i not in stops]
+  if absent:
+    raise ValueError(f"the sampler's stop_token_ids {sorted(stops)} lack {', '.join(absent)}; a turn must stop "
+                     "on the turn end and on </tool_call> so each segment is one assistant action")
+
+
+def check_prompts(prompts: Sequence[Sequence[int]], config: RolloutConfig) -> None:
+  """Every prompt is non-empty, fits P, and leaves room for at least one sampled token."""
+  if not prompts:
+    raise ValueError("run_episodes got no prompts")
+  limit = min(config.max_prompt_length, config.context_limit - 1)
+  bad = [(i, len(p)) for i, p in enumerate(prompts) if not 0 < len(p) <= limit]
+  if bad:
+    shown = ", ".join(f"#{i} ({n} tokens)" for i, n in bad[:5]) + (" ..." if len(bad) > 5 else "")
+    raise ValueError(
+        f"{len(bad)} prompt(s) are empty or longer than {limit} tokens (max_prompt_length="
+        f"{config.max_prompt_length}, max_context_length={config.max_context_length} minus one token for the "
+        f"answer): {shown}. Filter or truncate them, or raise the limits.")
+
+
+def check_step_results(results: Any, expected: int) -> None:
+  """`env.batch_step` returned `expected` tuples (observation: str, successes: list[bool], active: bool)."""
+  if not isinstance(results, (list, tuple)) or len(results) != expected:
+    raise TypeError(f"env.batch_step must return a list of {expected} (observation, successes, active) "
+                    f"tuples, got {type(results).__name__} of length {len(results) if hasattr(results, '__len__') else '?'}")
+  for result in results:
+    if not (isinstance(result, (list, tuple)) and len(result) == 3):
+      raise TypeError(f"env.batch_step items must be (observation, successes, active) tuples, got {result!r}")
+    observation, successes, active = result
+    if not isinstance(observation, str):
+      raise TypeError(f"env observations must be str (the text appended to the context), got "
+                      f"{type(observation).__name__}: {observation!r:.80}")
+    if not isinstance(successes, (list, tuple)) or not all(isinstance(s, bool) for s in successes):
+      raise TypeError(f"env successes must be a list of bool (one per tool call), got {successes!r}")
+    if not isinstance(active, bool):
+      raise TypeError(f"env 'active' must be a bool, got {type(active).__name__}")
+
+
+def probe_env(env: Any) -> None:
+  """Calls `env.batch_step` on a final answer and on a call to a nonexistent tool; checks the types."""
+  if not callable(getattr(env, "batch_step", None)):
+    raise TypeError(f"the env {type(env).__name__} has no batch_step(list[str]) method")
+  try:
+    check_step_results(env.batch_step(list(_PROBE_RESPONSES)), len(_PROBE_RESPONSES))
+  except TypeError as error:
+    raise TypeError(f"{type(env).__name__} failed the rollout's up-front probe: {error}") from None
