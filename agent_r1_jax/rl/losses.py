@@ -102,7 +102,7 @@ def compute_value_loss(values: jax.Array, old_values: jax.Array, returns: jax.Ar
                        horizon: int | None = None) -> ValueLossOutput:
   """Clipped value loss.
 
-      v_clip_t = old_v_t + clip(v_t - old_v_t, -c, c)
+      v_clip_t = clip(v_t, old_v_t - c, old_v_t + c)
       L_t      = 0.5 * max((v_t - R_t)^2, (v_clip_t - R_t)^2)
 
   aggregated over the mask by `loss_agg_mode`; `clip_fraction` is the token fraction where the clipped
@@ -127,7 +127,9 @@ def compute_value_loss(values: jax.Array, old_values: jax.Array, returns: jax.Ar
   v = jnp.where(on, jnp.asarray(values, jnp.float32), 0.0)
   old_v = jnp.where(on, jnp.asarray(old_values, jnp.float32), 0.0)
   ret = jnp.where(on, jnp.asarray(returns, jnp.float32), 0.0)
-  v_clipped = old_v + jnp.clip(v - old_v, -clip_range_value, clip_range_value)
+  # clip(v, old - c, old + c) rather than old + clip(v - old, -c, c): equal in exact arithmetic, but
+  # only this form returns v bit-for-bit inside the range, so clip_fraction counts no rounding ties.
+  v_clipped = jnp.clip(v, old_v - clip_range_value, old_v + clip_range_value)
   loss_unclipped = jnp.square(v - ret)
   loss_clipped = jnp.square(v_clipped - ret)
   per_token = 0.5 * jnp.maximum(loss_unclipped, loss_clipped)
