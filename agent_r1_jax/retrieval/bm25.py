@@ -3,7 +3,8 @@
 Indexing uses bm25s: each passage `title + " " + text` is lower-cased, split on `\\b\\w\\w+\\b`, English
 stop words are removed, and bm25s precomputes the per-(document, term) BM25 contribution
 
-  s(d, t) = idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))   (`lucene` variant)
+  s(d, t) = idf(t) * tf(t, d) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl)),
+  idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))                      (`lucene` variant)
 
 into a sparse matrix S [num_docs, vocab] (CSC). The score of query q is score(d, q) = sum_{t in q} s(d, t)
 (a repeated query term counts again, as in bm25s). `search` scores a whole batch of Q queries with one
