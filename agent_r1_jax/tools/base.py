@@ -102,12 +102,13 @@ class BaseTool(abc.ABC):
     if description is not None:
       self.description = description
     if parameters is not None:
-      self.parameters = dict(parameters)
+      self.parameters = parameters  # type: ignore[assignment]  # checked below
     if not isinstance(self.name, str) or not self.name:
       raise ValueError(f"{type(self).__name__}: a tool needs a non-empty string name")
     if not isinstance(self.description, str):
       raise ValueError(f"tool {self.name!r}: description must be a string")
     check_parameters_schema(self.name, self.parameters)
+    self.parameters = dict(self.parameters)
     if timeout_s is not None and timeout_s <= 0:
       raise ValueError(f"tool {self.name!r}: timeout_s must be positive or None, got {timeout_s}")
     if max_argument_chars < 1:
