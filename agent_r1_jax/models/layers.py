@@ -1,0 +1,171 @@
+"""Qwen2 building blocks in Flax NNX: RMSNorm, RoPE, grouped-query attention, SwiGLU MLP, decoder block.
+
+Parameters are stored in `param_dtype` and cast to `compute_dtype` at use; softmax, RMSNorm statistics
+and RoPE tables are float32. Kernel layouts keep heads as their own axis so tensor parallelism can
+split them: q `[D, H, hd]`, k/v `[D, K, hd]`, o `[H, hd, D]`, gate/up `[D, F]`, down `[F, D]`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from agent_r1_jax.models.config import Qwen2Config
+from agent_r1_jax.models.sharding import constrain
+
+_NEG_INF = -1e30  # finite, so a query with no visible key (a pad) gives uniform weights, not NaN
+
+
+def param(rngs: nnx.Rngs | None, shape: tuple[int, ...], names: tuple[str, ...], dtype,
+          init: str = "normal", std: float = 0.02) -> nnx.Param:
+  """A parameter with logical axis names in its metadata (sharding is applied later by rules)."""
+  if init == "normal":
+    value = std * jax.random.normal(rngs.params(), shape, jnp.float32)
+  elif init == "ones":
+    value = jnp.ones(shape, jnp.float32)
+  else:
+    value = jnp.zeros(shape, jnp.float32)
+  return nnx.Param(value.astype(dtype), out_sharding=names, eager_sharding=False)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class AttentionContext:
+  """What every layer needs besides its input, computed once per forward.
+
+  Attributes:
+    cos, sin: [B, T, hd] float32 RoPE tables at each token's position.
+    bias: [B, 1, 1, T, S] float32 additive mask (0 visible, -1e30 hidden), S = key slots.
+    write_slots: [B, T] int32 cache slots for the new tokens (None without a cache).
+  """
+
+  cos: jax.Array
+  sin: jax.Array
+  bias: jax.Array
+  write_slots: jax.Array | None = None
+
+
+def rope_tables(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+  """cos/sin `[B, T, hd]` for the half-split convention: inv_freq_i = theta^(-2i/hd), duplicated."""
+  inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+  freqs = positions.astype(jnp.float32)[..., None] * inv_freq
+  emb = jnp.concatenate([freqs, freqs], axis=-1)
+  return jnp.cos(emb), jnp.sin(emb)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+  """x * cos + rotate_half(x) * sin with rotate_half([a, b]) = [-b, a]; x `[B, T, N, hd]`."""
+  half = x.shape[-1] // 2
+  rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+  cos = cos[:, :, None, :].astype(x.dtype)
+  sin = sin[:, :, None, :].astype(x.dtype)
+  return x * cos + rotated * sin
+
+
+class RMSNorm(nnx.Module):
+  """y = w * x / sqrt(mean(x^2) + eps), statistics in float32."""
+
+  def __init__(self, dim: int, eps: float, *, param_dtype, compute_dtype):
+    self.eps = eps
+    self.compute_dtype = compute_dtype
+    self.weight = param(None, (dim,), ("norm",), param_dtype, init="ones")
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return normed.astype(self.compute_dtype) * self.weight[...].astype(self.compute_dtype)
+
+
+class Attention(nnx.Module):
+  """Grouped-query self-attention with q/k/v biases, no output bias, optional KV cache.
+
+  With H query heads and K key/value heads, query head h reads key/value head h // (H/K).
+  scores = q k^T / sqrt(hd) + bias (float32), weights = softmax over key slots.
+  """
+
+  def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype, compute_dtype):
+    d, h, k, hd = (config.hidden_size, config.num_attention_heads, config.num_key_value_heads,
+                   config.head_dim)
+    self.num_heads, self.num_kv_heads, self.head_dim = h, k, hd
+    self.compute_dtype = compute_dtype
+    self.q_kernel = param(rngs, (d, h, hd), ("embed", "heads", "head_dim"), param_dtype)
+    self.q_bias = param(rngs, (h, hd), ("heads", "head_dim"), param_dtype, init="zeros")
+    self.k_kernel = param(rngs, (d, k, hd), ("embed", "kv_heads", "head_dim"), param_dtype)
+    self.k_bias = param(rngs, (k, hd), ("kv_heads", "head_dim"), param_dtype, init="zeros")
+    self.v_kernel = param(rngs, (d, k, hd), ("embed", "kv_heads", "head_dim"), param_dtype)
+    self.v_bias = param(rngs, (k, hd), ("kv_heads", "head_dim"), param_dtype, init="zeros")
+    self.o_kernel = param(rngs, (h, hd, d), ("heads", "head_dim", "embed"), param_dtype)
+
+  def _proj(self, x, kernel, bias):
+    cd = self.compute_dtype
+    return (jnp.einsum("btd,dnh->btnh", x, kernel[...].astype(cd))
+            + bias[...].astype(cd))
+
+  def __call__(self, x: jax.Array, ctx: AttentionContext, layer: int,
+               cache_kv: tuple[jax.Array, jax.Array] | None = None
+               ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+    """x `[B, T, D]` -> `[B, T, D]`; with `cache_kv` (full `[L, B, S, K, hd]` arrays) also returns them
+    with this layer's new keys/values written at `ctx.write_slots`."""
+    b, t, _ = x.shape
+    q = apply_rope(self._proj(x, self.q_kernel, self.q_bias), ctx.cos, ctx.sin)
+    k = apply_rope(self._proj(x, self.k_kernel, self.k_bias), ctx.cos, ctx.sin)
+    v = self._proj(x, self.v_kernel, self.v_bias)
+    q = constrain(q, ("batch", "length", "act_heads", "head_dim"))
+    if cache_kv is not None:
+      k_all, v_all = cache_kv
+      rows = jnp.arange(b)[:, None]
+      k_all = k_all.at[layer, rows, ctx.write_slots].set(k.astype(k_all.dtype), mode="drop")
+      v_all = v_all.at[layer, rows, ctx.write_slots].set(v.astype(v_all.dtype), mode="drop")
+      keys = k_all[layer].astype(self.compute_dtype)
+      values = v_all[layer].astype(self.compute_dtype)
+      cache_kv = (k_all, v_all)
+    else:
+      keys, values = k, v
+    groups = self.num_heads // self.num_kv_heads
+    q = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim)
+    scores = jnp.einsum("btkgh,bskh->bkgts", q, keys, preferred_element_type=jnp.float32)
+    scores = scores * (self.head_dim ** -0.5) + ctx.bias
+    weights = jax.nn.softmax(scores, axis=-1).astype(self.compute_dtype)
+    out = jnp.einsum("bkgts,bskh->btkgh", weights, values)
+    out = out.reshape(b, t, self.num_heads, self.head_dim)
+    out = jnp.einsum("btnh,nhd->btd", out, self.o_kernel[...].astype(self.compute_dtype))
+    return out, cache_kv
+
+
+class MLP(nnx.Module):
+  """SwiGLU: down(silu(x @ gate) * (x @ up))."""
+
+  def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype, compute_dtype):
+    d, f = config.hidden_size, config.intermediate_size
+    self.compute_dtype = compute_dtype
+    self.gate_kernel = param(rngs, (d, f), ("embed", "mlp"), param_dtype)
+    self.up_kernel = param(rngs, (d, f), ("embed", "mlp"), param_dtype)
+    self.down_kernel = param(rngs, (f, d), ("mlp", "embed"), param_dtype)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    cd = self.compute_dtype
+    gate = x @ self.gate_kernel[...].astype(cd)
+    up = x @ self.up_kernel[...].astype(cd)
+    hidden = constrain(jax.nn.silu(gate) * up, ("batch", "length", "act_mlp"))
+    return hidden @ self.down_kernel[...].astype(cd)
+
+
+class DecoderBlock(nnx.Module):
+  """Pre-norm residual block: x += attn(norm(x)); x += mlp(norm(x))."""
+
+  def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype, compute_dtype):
+    kw = dict(param_dtype=param_dtype, compute_dtype=compute_dtype)
+    self.input_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
+    self.attn = Attention(config, rngs=rngs, **kw)
+    self.post_attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
+    self.mlp = MLP(config, rngs=rngs, **kw)
+
+  def __call__(self, x: jax.Array, ctx: AttentionContext, layer: int,
+               cache_kv: tuple[jax.Array, jax.Array] | None = None):
+    attn_out, cache_kv = self.attn(self.input_norm(x), ctx, layer, cache_kv)
+    x = constrain(x + attn_out, ("batch", "length", "act_embed"))
+    x = constrain(x + self.mlp(self.post_attn_norm(x)), ("batch", "length", "act_embed"))
+    return x, cache_kv

@@ -1,0 +1,186 @@
+"""Qwen2 / Qwen2.5 decoder-only transformer (Flax NNX): backbone, causal LM head, value head.
+
+One forward serves three uses, chosen by the `cache` argument:
+  * full forward (training / scoring): no cache; keys are the call's own tokens;
+  * prefill / incremental prefill: new tokens are written into a `KVCache` at each row's cursor;
+  * one-token decode: the same as incremental prefill with T = 1.
+Positions (RoPE indices) are "number of real tokens before this one in its row":
+`cache.lengths + cumsum(mask) - 1`, so left padding, right padding and ragged continuation all give a
+token the position it would have in its row's unpadded sequence.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from agent_r1_jax.models.config import Qwen2Config
+from agent_r1_jax.models.kv_cache import CACHE_AXES, KVCache
+from agent_r1_jax.models.layers import _NEG_INF, AttentionContext, DecoderBlock, RMSNorm, param, rope_tables
+from agent_r1_jax.models.sharding import constrain
+
+
+def _context(config: Qwen2Config, mask: jax.Array, cache: KVCache | None):
+  """RoPE tables, attention bias and cache bookkeeping for new tokens with 0/1 `mask` `[B, T]`.
+
+  Returns (ctx, new_cache_meta) where new_cache_meta = (valid, lengths, cursor) or None.
+  """
+  b, t = mask.shape
+  mask = mask.astype(jnp.int32)
+  before = jnp.cumsum(mask, axis=1) - mask  # real tokens before each token within this call
+  if cache is None:
+    positions = before
+    slots = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    key_valid = mask.astype(bool)
+    key_slots = jnp.arange(t, dtype=jnp.int32)
+    meta = None
+  else:
+    positions = cache.lengths[:, None] + before
+    slots = cache.cursor[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+    key_valid = cache.valid.at[jnp.arange(b)[:, None], slots].set(mask.astype(bool), mode="drop")
+    key_slots = jnp.arange(cache.max_length, dtype=jnp.int32)
+    # The cursor moves past the last real token, so trailing (right) padding leaves its slots free
+    # while leading (left) padding of a prompt keeps its slots, as invalid.
+    extent = jnp.max(jnp.where(mask > 0, jnp.arange(1, t + 1, dtype=jnp.int32), 0), axis=1)
+    meta = (key_valid, cache.lengths + mask.sum(axis=1), cache.cursor + extent)
+  visible = key_valid[:, None, :] & (key_slots[None, None, :] <= slots[:, :, None])
+  bias = jnp.where(visible, 0.0, _NEG_INF).astype(jnp.float32)[:, None, None, :, :]
+  cos, sin = rope_tables(positions, config.head_dim, config.rope_theta)
+  ctx = AttentionContext(cos=cos, sin=sin, bias=bias,
+                         write_slots=None if cache is None else slots)
+  return ctx, meta
+
+
+class Qwen2Model(nnx.Module):
+  """Embedding -> L decoder blocks -> final RMSNorm; returns hidden states `[B, T, D]`."""
+
+  def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype=jnp.float32,
+               compute_dtype=jnp.float32, remat: bool = False):
+    self.config = config
+    self.compute_dtype = compute_dtype
+    self.remat = remat
+    kw = dict(param_dtype=param_dtype, compute_dtype=compute_dtype)
+    self.embed = param(rngs, (config.vocab_size, config.hidden_size), ("vocab", "embed"),
+                       param_dtype)
+    self.layers = nnx.List([DecoderBlock(config, rngs=rngs, **kw)
+                            for _ in range(config.num_hidden_layers)])
+    self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
+
+  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *,
+               cache: KVCache | None = None) -> tuple[jax.Array, KVCache | None]:
+    """input_ids int `[B, T]`, attention_mask 0/1 `[B, T]` (default all ones).
+
+    Returns (hidden `[B, T, D]` in compute dtype, updated cache or None).
+    """
+    if attention_mask is None:
+      attention_mask = jnp.ones(input_ids.shape, jnp.int32)
+    ctx, meta = _context(self.config, attention_mask, cache)
+    x = jnp.take(self.embed[...], input_ids, axis=0).astype(self.compute_dtype)
+    x = constrain(x, ("batch", "length", "act_embed"))
+    cache_kv = None if cache is None else (cache.k, cache.v)
+    for i, block in enumerate(self.layers):
+      if self.remat and cache is None:
+        x, _ = nnx.remat(lambda blk, h, c, i=i: blk(h, c, i))(block, x, ctx)
+      else:
+        x, cache_kv = block(x, ctx, i, cache_kv)
+    x = self.norm(x)
+    if cache is None:
+      return x, None
+    k, v = (constrain(a, CACHE_AXES) for a in cache_kv)
+    valid, lengths, cursor = meta
+    return x, KVCache(k=k, v=v, valid=valid, lengths=lengths, cursor=cursor)
+
+
+class Qwen2ForCausalLM(nnx.Module):
+  """Qwen2 backbone + LM head (tied to the embedding when `config.tie_word_embeddings`).
+
+  `model(input_ids, attention_mask)` -> float32 logits `[B, T, V]`;
+  `model(input_ids, attention_mask, cache=cache)` -> (logits, updated cache).
+  """
+
+  def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype=jnp.float32,
+               compute_dtype=jnp.float32, remat: bool = False):
+    self.config = config
+    self.compute_dtype = compute_dtype
+    self.model = Qwen2Model(config, rngs=rngs, param_dtype=param_dtype,
+                            compute_dtype=compute_dtype, remat=remat)
+    if not config.tie_word_embeddings:
+      self.lm_head = param(rngs, (config.hidden_size, config.vocab_size), ("embed", "vocab"),
+                           param_dtype)
+
+  def logits(self, hidden: jax.Array) -> jax.Array:
+    """hidden `[..., D]` -> float32 logits `[..., V]` (accumulated in float32)."""
+    cd = self.compute_dtype
+    if self.config.tie_word_embeddings:
+      out = jnp.einsum("...d,vd->...v", hidden, self.model.embed[...].astype(cd),
+                       preferred_element_type=jnp.float32)
+    else:
+      out = jnp.einsum("...d,dv->...v", hidden, self.lm_head[...].astype(cd),
+                       preferred_element_type=jnp.float32)
+    return out.astype(jnp.float32)
+
+  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *,
+               cache: KVCache | None = None):
+    hidden, new_cache = self.model(input_ids, attention_mask, cache=cache)
+    logits = constrain(self.logits(hidden), ("batch", "length", "act_vocab"))
+    return logits if cache is None else (logits, new_cache)
+
+
+class Qwen2ValueModel(nnx.Module):
+  """PPO critic: Qwen2 backbone -> scalar per token, V(s_t) = h_t . w + b, float32 `[B, T]`.
+
+  The head is freshly initialised (w ~ N(0, value_head_std^2), b = 0); the backbone loads from the same
+  HF checkpoint as the policy (`load_hf_checkpoint(path, head="value")`).
+  """
+
+  def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype=jnp.float32,
+               compute_dtype=jnp.float32, remat: bool = False, value_head_std: float = 0.02):
+    self.config = config
+    # The head draws the first key of the stream, so a loader can re-create it without a backbone.
+    self.value_kernel = value_head_kernel(rngs, config, param_dtype, value_head_std)
+    self.value_bias = value_head_bias(param_dtype)
+    self.model = Qwen2Model(config, rngs=rngs, param_dtype=param_dtype,
+                            compute_dtype=compute_dtype, remat=remat)
+
+  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None) -> jax.Array:
+    hidden, _ = self.model(input_ids, attention_mask)
+    values = jnp.einsum("btd,d->bt", hidden.astype(jnp.float32),
+                        self.value_kernel[...].astype(jnp.float32))
+    return values + self.value_bias[...].astype(jnp.float32)
+
+
+def value_head_kernel(rngs: nnx.Rngs, config: Qwen2Config, param_dtype,
+                      std: float = 0.02) -> nnx.Param:
+  """Value-head weight w `[D]` ~ N(0, std^2)."""
+  return param(rngs, (config.hidden_size,), ("embed",), param_dtype, std=std)
+
+
+def value_head_bias(param_dtype) -> nnx.Param:
+  """Value-head bias b (scalar), 0."""
+  return param(None, (), (), param_dtype, init="zeros")
+
+
+def abstract_model(config: Qwen2Config, *, head: str = "lm", param_dtype=jnp.float32,
+                   compute_dtype=jnp.float32, remat: bool = False) -> nnx.Module:
+  """The model with `jax.ShapeDtypeStruct` leaves (no memory), for shapes, counts and memory plans."""
+  cls = _head_class(head)
+  return nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0), param_dtype=param_dtype,
+                                    compute_dtype=compute_dtype, remat=remat))
+
+
+def count_params(model_or_state) -> int:
+  """Total parameter elements of a model, its state, or an abstract (eval_shape) model."""
+  state = (model_or_state if isinstance(model_or_state, nnx.State)
+           else nnx.state(model_or_state, nnx.Param))
+  return sum(math.prod(x.shape) for x in jax.tree.leaves(state))
+
+
+def _head_class(head: str):
+  if head == "lm":
+    return Qwen2ForCausalLM
+  if head == "value":
+    return Qwen2ValueModel
+  raise ValueError(f"head must be 'lm' (policy) or 'value' (critic), got {head!r}")
