@@ -1,0 +1,94 @@
+"""Builds a retrieval index for a corpus.
+
+  # dense: embed every passage in batches (progress bar), then build and save a ScaNN index
+  python -m agent_r1_jax.retrieval.build_index --corpus wiki.jsonl --out idx/ --kind dense \\
+      --encoder /models/bge-base-en-v1.5 --encoder_kind bge --batch_size 128
+  # lexical
+  python -m agent_r1_jax.retrieval.build_index --corpus wiki.jsonl --out idx/ --kind bm25
+
+The dense output directory holds `embeddings.npy` (float32 [N, D], written incrementally so the corpus
+never has to fit in memory twice), ScaNN's assets and a manifest with the corpus hash, the dimension,
+the ScaNN settings and the encoder used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import sys
+from typing import Sequence
+
+import numpy as np
+
+from agent_r1_jax.retrieval.corpus import Passage, corpus_hash, load_corpus
+
+
+def embed_corpus(passages: Sequence[Passage], encoder, out_path: str | os.PathLike[str], *,
+                 chunk: int = 4096, show_progress: bool = True) -> np.ndarray:
+  """Embeds passages (their `contents`) chunk by chunk into a .npy memmap; returns it ([N, D] float32)."""
+  from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
+  emb = np.lib.format.open_memmap(str(out_path), mode="w+", dtype=np.float32, shape=(len(passages), encoder.dim))
+  with tqdm(total=len(passages), desc="embedding passages", unit="passage", disable=not show_progress) as bar:
+    for start in range(0, len(passages), chunk):
+      block = passages[start:start + chunk]
+      emb[start:start + len(block)] = encoder.encode_passages([p.contents for p in block])
+      bar.update(len(block))
+  emb.flush()
+  return emb
+
+
+def build_dense(corpus_path: str, out_dir: str, encoder_path: str, encoder_kind: str = "bge", *,
+                max_length: int = 256, batch_size: int = 64, device: str = "cpu", scann_config=None,
+                show_progress: bool = True):
+  """Embeds the corpus and writes a ScaNN index directory; returns the `ScannIndex`."""
+  from agent_r1_jax.retrieval.encoders import HFEncoder  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.retrieval.scann_index import ScannIndex  # pylint: disable=import-outside-toplevel
+  passages = load_corpus(corpus_path)
+  encoder = HFEncoder(encoder_path, encoder_kind, max_length=max_length, batch_size=batch_size, device=device)
+  out = pathlib.Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  emb = embed_corpus(passages, encoder, out / "embeddings.npy", show_progress=show_progress)
+  extra = {"corpus_path": str(pathlib.Path(corpus_path).resolve()), "encoder_path": str(pathlib.Path(encoder_path).resolve()),
+           "encoder_kind": encoder_kind, "max_length": max_length}
+  index = ScannIndex.build(np.asarray(emb), scann_config, corpus_hash=corpus_hash(passages), extra=extra)
+  index.save(out)
+  return index
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  from agent_r1_jax.retrieval.scann_index import ScannConfig  # pylint: disable=import-outside-toplevel
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--corpus", required=True, help="JSONL corpus (FlashRAG contents or title/text rows)")
+  parser.add_argument("--out", required=True, help="output directory")
+  parser.add_argument("--kind", choices=["dense", "bm25"], default="dense")
+  parser.add_argument("--encoder", help="local encoder model directory (dense)")
+  parser.add_argument("--encoder_kind", choices=["bge", "e5"], default="bge")
+  parser.add_argument("--max_length", type=int, default=256)
+  parser.add_argument("--batch_size", type=int, default=64)
+  parser.add_argument("--device", default="cpu")
+  for field in dataclasses.fields(ScannConfig):
+    parser.add_argument(f"--scann.{field.name}", dest=f"scann_{field.name}", default=None,
+                        type=float if field.type in ("float", float) else int,
+                        help=f"ScaNN {field.name} (default {field.default})")
+  parser.add_argument("--k1", type=float, default=0.9, help="BM25 k1")
+  parser.add_argument("--b", type=float, default=0.4, help="BM25 b")
+  args = parser.parse_args(argv)
+  if args.kind == "bm25":
+    from agent_r1_jax.retrieval.bm25 import BM25Index  # pylint: disable=import-outside-toplevel
+    BM25Index(load_corpus(args.corpus), k1=args.k1, b=args.b).save(args.out)
+    print(f"wrote BM25 index to {args.out}")
+    return 0
+  if not args.encoder:
+    parser.error("--kind dense needs --encoder (a local model directory)")
+  overrides = {f.name: getattr(args, f"scann_{f.name}") for f in dataclasses.fields(ScannConfig)
+               if getattr(args, f"scann_{f.name}") is not None}
+  index = build_dense(args.corpus, args.out, args.encoder, args.encoder_kind, max_length=args.max_length,
+                      batch_size=args.batch_size, device=args.device, scann_config=ScannConfig(**overrides))
+  print(f"wrote ScaNN index ({index.num_points} x {index.dim}) to {args.out}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,114 @@
+"""Query encoders (BGE/E5 pooling on a random tiny BERT) and the dense ScaNN retriever end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from agent_r1_jax.retrieval import build_index  # noqa: E402
+from agent_r1_jax.retrieval.corpus import load_corpus  # noqa: E402
+from agent_r1_jax.retrieval.dense import DenseRetriever  # noqa: E402
+from agent_r1_jax.retrieval.encoders import ENCODER_SPECS, HFEncoder  # noqa: E402
+from agent_r1_jax.tools import WikiSearchTool  # noqa: E402
+
+WORDS = ("the a of in is was city capital france paris germany berlin river band album first performance "
+         "query passage represent this sentence for searching relevant passages : music rock pop tulsa "
+         "oklahoma italy rome spain madrid").split()
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+  """A randomly initialised 2-layer BERT with a WordPiece tokenizer, saved like a downloaded model."""
+  from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors  # pylint: disable=g-import-not-at-top
+  path = tmp_path_factory.mktemp("tiny_bert")
+  specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+  vocab = {w: i for i, w in enumerate(specials + sorted(set(WORDS)) + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"]
+                                      + list("abcdefghijklmnopqrstuvwxyz0123456789\".,;"))}
+  tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+  tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+  tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+  tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                     special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+  fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                              cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+  fast.save_pretrained(str(path))
+  config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                   intermediate_size=64, max_position_embeddings=128)
+  torch.manual_seed(0)
+  transformers.BertModel(config).eval().save_pretrained(str(path))
+  return path
+
+
+def _reference(path, texts, pooling):
+  """Embeddings computed directly from the PyTorch model, one text at a time (no padding involved)."""
+  tok = transformers.AutoTokenizer.from_pretrained(str(path))
+  model = transformers.AutoModel.from_pretrained(str(path)).eval()
+  out = []
+  with torch.no_grad():
+    for text in texts:
+      enc = tok(text, return_tensors="pt", truncation=True, max_length=64)
+      h = model(**enc).last_hidden_state[0].numpy()
+      e = h[0] if pooling == "cls" else h.mean(axis=0)
+      out.append(e / np.linalg.norm(e))
+  return np.stack(out)
+
+
+TEXTS = ["paris is the capital of france", "the band", "berlin", "rock music album of the first band in tulsa oklahoma"]
+
+
+@pytest.mark.parametrize("kind", ["bge", "e5"])
+def test_encoder_pooling_prefixes_and_normalisation(tiny_bert, kind):
+  spec = ENCODER_SPECS[kind]
+  encoder = HFEncoder(tiny_bert, kind, max_length=64, batch_size=3)  # batches of 3 -> padding exercised
+  assert encoder.dim == 32
+  queries = encoder.encode_queries(TEXTS)
+  passages = encoder.encode_passages(TEXTS)
+  np.testing.assert_allclose(queries, _reference(tiny_bert, [spec.query_prefix + t for t in TEXTS], spec.pooling),
+                             atol=2e-5)
+  np.testing.assert_allclose(passages, _reference(tiny_bert, [spec.passage_prefix + t for t in TEXTS], spec.pooling),
+                             atol=2e-5)
+  np.testing.assert_allclose(np.linalg.norm(queries, axis=1), 1.0, atol=1e-5)
+  assert not np.allclose(queries, passages)  # the query side is prefixed differently in both families
+
+
+def test_encoder_rejects_bad_setup(tiny_bert, tmp_path):
+  with pytest.raises(ValueError, match="encoder kind"):
+    HFEncoder(tiny_bert, "colbert")
+  with pytest.raises(FileNotFoundError, match="encoder directory not found"):
+    HFEncoder(tmp_path / "nope")
+
+
+def test_build_index_command_and_dense_search(tiny_bert, tmp_path):
+  corpus = tmp_path / "corpus.jsonl"
+  rows = [{"id": f"p{i}", "contents": f'"{w.title()}"\n{w} {WORDS[(i * 7) % len(WORDS)]} {WORDS[(i * 3) % len(WORDS)]}'}
+          for i, w in enumerate(WORDS)]
+  corpus.write_text("\n".join(json.dumps(r) for r in rows))
+  out = tmp_path / "dense"
+  assert build_index.main(["--corpus", str(corpus), "--out", str(out), "--kind", "dense", "--encoder", str(tiny_bert),
+                           "--encoder_kind", "e5", "--max_length", "64", "--batch_size", "8",
+                           "--scann.reorder_k", "100"]) == 0
+  embeddings = np.load(out / "embeddings.npy")
+  passages = load_corpus(corpus)
+  # The stored embeddings are exactly the E5 passage embeddings of each passage's FlashRAG contents.
+  np.testing.assert_allclose(embeddings, _reference(tiny_bert, ["passage: " + p.contents for p in passages], "mean"),
+                             atol=2e-5)
+  retriever = DenseRetriever.load(out)  # corpus, encoder and its kind come from the manifest
+  queries = ["capital of france", "rock band", "river in spain"]
+  q_emb = _reference(tiny_bert, ["query: " + q for q in queries], "mean")
+  exact = np.argsort(-(q_emb @ embeddings.T), axis=1, kind="stable")[:, :4]
+  hits = retriever.search(queries, top_k=4)
+  # N < reorder_k, so the reorder step scores every passage exactly: results equal brute force.
+  assert [[h.passage.id for h in row] for row in hits] == [[passages[i].id for i in row] for row in exact]
+  tool = WikiSearchTool.from_config(backend="dense", index_dir=str(out), corpus_path=str(corpus),
+                                    encoder_path=str(tiny_bert), encoder_kind="e5", encoder_max_length=64, top_k=2)
+  result = tool.call({"query": "capital of france"})
+  assert result.success and result.content.startswith(f'Doc 1 (Title: "{hits[0][0].passage.title}")')
+  assert result.content.count("\nDoc ") == 1
+  (tmp_path / "other.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:-1]))
+  with pytest.raises(ValueError, match="different corpus"):
+    DenseRetriever.load(out, corpus_path=tmp_path / "other.jsonl")
