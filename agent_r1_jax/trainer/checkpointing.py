@@ -1,0 +1,75 @@
+"""Training checkpoints with orbax: array state + a JSON record of everything else.
+
+A checkpoint at step `s` holds the state *after* `s` completed steps:
+  - `state`: one pytree of arrays (actor params and optimizer state, critic params and optimizer state when
+    there is a critic, the PRNG key data, counters) saved with `StandardSave` and restored onto the
+    shardings of an abstract target built from the freshly initialised run;
+  - `meta`: JSON (the data iterator state, the model/algorithm fingerprint, the step).
+Saves are asynchronous (orbax's background thread); `wait()` blocks until the last one is on disk.
+
+Resuming a workdir whose checkpoint was written by a different model or algorithm is refused with a message
+that names the mismatching fields, instead of failing later inside orbax with a shape error.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Mapping
+
+import jax
+import orbax.checkpoint as ocp
+
+
+class IncompatibleCheckpointError(ValueError):
+  """The workdir holds a checkpoint from a different model/algorithm configuration."""
+
+
+class Checkpointer:
+  """Thin policy layer over `ocp.CheckpointManager` for the RL trainer."""
+
+  def __init__(self, directory: str | pathlib.Path, *, max_to_keep: int = 3, async_save: bool = True):
+    self.directory = pathlib.Path(directory).resolve()
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True)
+    self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+  def latest_step(self) -> int | None:
+    return self._manager.latest_step()
+
+  def save(self, step: int, state: Any, meta: Mapping[str, Any], *, force: bool = False) -> None:
+    """Starts saving `state` (array pytree) and `meta` (JSON-able) as step `step`."""
+    self._manager.save(
+        step,
+        args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(dict(meta))),
+        force=force)
+
+  def restore(self, step: int, abstract_state: Any, fingerprint: Mapping[str, Any]) -> tuple[Any, dict]:
+    """Restores step `step` onto the shapes/shardings of `abstract_state`.
+
+    Args:
+      step: the checkpoint step to read.
+      abstract_state: a pytree of `jax.ShapeDtypeStruct` (with shardings) or arrays of the target layout.
+      fingerprint: the current run's model/algorithm description; it must equal the one saved.
+
+    Returns:
+      `(state, meta)`.
+    """
+    meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    saved = meta.get("fingerprint", {})
+    diffs = {k: (saved.get(k), v) for k, v in fingerprint.items() if saved.get(k) != v}
+    if diffs:
+      lines = ", ".join(f"{k}: checkpoint has {old!r}, config has {new!r}" for k, (old, new) in diffs.items())
+      raise IncompatibleCheckpointError(
+          f"the checkpoint in {self.directory} (step {step}) was written by a different configuration "
+          f"({lines}); use a new --workdir or restore the matching config")
+    target = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
+    restored = self._manager.restore(
+        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
+    return restored["state"], meta
+
+  def wait(self) -> None:
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    self._manager.wait_until_finished()
+    self._manager.close()

@@ -1,0 +1,269 @@
+"""The trainer's configuration: one `ml_collections.ConfigDict` per algorithm x preset, and its checks.
+
+`configs/<algo>_multihopqa.py` calls `base_config(algo, preset)`; every field is overridable from the
+command line (`--config.rollout.max_turns=3`). Presets:
+
+  tiny          the embedded offline default: the synthetic multi-hop world, a small Qwen2-architecture
+                model trained from scratch (supervised warm-up on the scripted expert, then RL); CPU-sized.
+  qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b
+                real Qwen2.5-Instruct checkpoints from a local `--config.model.path`, prepared multi-hop QA
+                data, and the paper's hyper-parameters (batch 128 prompts, max 5 turns, 1024 new tokens per
+                turn, 8192-token context, tool output cut to 2048 characters, lr 1e-6, KL 0.001, critic lr
+                1e-5 with 5 warm-up steps, gamma = lambda = 1, clip 0.2, retrieval top-5).
+
+Algorithms differ only in these fields (the trainer never branches on the algorithm's name):
+
+  algo                   adv_estimator                 critic  KL                         samples/prompt
+  ppo                    gae                           yes     k1 in the reward (0.001)   1
+  grpo                   grpo                          no      low_var_kl loss (0.001)    5
+  reinforce_pp           reinforce_plus_plus           no      k1 in the reward (0.001)   1
+  reinforce_pp_baseline  reinforce_plus_plus_baseline  no      low_var_kl loss (0.001)    5
+  rloo                   rloo                          no      low_var_kl loss (0.001)    5
+"""
+
+from __future__ import annotations
+
+from ml_collections import config_dict
+
+ALGORITHMS: dict[str, dict] = {
+    "ppo": dict(adv_estimator="gae", use_critic=True, n_samples=1, kl="reward"),
+    "grpo": dict(adv_estimator="grpo", use_critic=False, n_samples=5, kl="loss"),
+    "reinforce_pp": dict(adv_estimator="reinforce_plus_plus", use_critic=False, n_samples=1, kl="reward"),
+    "reinforce_pp_baseline": dict(adv_estimator="reinforce_plus_plus_baseline", use_critic=False, n_samples=5,
+                                  kl="loss"),
+    "rloo": dict(adv_estimator="rloo", use_critic=False, n_samples=5, kl="loss"),
+}
+
+PRESETS = ("tiny", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b")
+REAL_PRESETS = {"qwen2.5-0.5b": "qwen2_5_0_5b", "qwen2.5-1.5b": "qwen2_5_1_5b", "qwen2.5-3b": "qwen2_5_3b"}
+MASK_CHOICES = ("action", "response")
+
+
+def base_config(algorithm: str, preset: str | None = None) -> config_dict.ConfigDict:
+  """The full config of `algorithm` at `preset` (default `tiny`)."""
+  preset = preset or "tiny"
+  if algorithm not in ALGORITHMS:
+    raise ValueError(f"unknown algorithm {algorithm!r}; use one of {sorted(ALGORITHMS)}")
+  if preset not in PRESETS:
+    raise ValueError(f"unknown preset {preset!r}; use one of {PRESETS} (e.g. --config=configs/"
+                     f"{algorithm}_multihopqa.py:tiny)")
+  algo = ALGORITHMS[algorithm]
+  c = config_dict.ConfigDict()
+  c.algorithm_name = algorithm
+  c.preset = preset
+  c.seed = 0
+  c.dry_run = False
+
+  # ---- model -------------------------------------------------------------------------------------------
+  c.model = config_dict.ConfigDict()
+  c.model.path = config_dict.placeholder(str)     # local HF checkpoint dir (real presets)
+  c.model.tokenizer_path = config_dict.placeholder(str)  # defaults to model.path / the synthetic tokenizer
+  c.model.shape_preset = REAL_PRESETS.get(preset, "")  # for dry_run without weights
+  c.model.param_dtype = "float32"
+  c.model.compute_dtype = "float32"
+  c.model.remat = False
+  # Shape of the from-scratch model of the tiny preset (vocabulary comes from the tokenizer).
+  c.model.hidden_size = 256
+  c.model.intermediate_size = 768
+  c.model.num_hidden_layers = 4
+  c.model.num_attention_heads = 4
+  c.model.num_key_value_heads = 2
+  c.model.rope_theta = 10000.0
+  c.model.tie_word_embeddings = True
+
+  # ---- data --------------------------------------------------------------------------------------------
+  c.data = config_dict.ConfigDict()
+  c.data.source = "synthetic"                   # "synthetic" | "multihopqa"
+  c.data.prepared_dir = config_dict.placeholder(str)  # output of agent_r1_jax.data.prepare_multihopqa
+  c.data.train_split = "train"
+  c.data.val_sources = ("hotpotqa", "2wikimultihopqa", "musique")
+  c.data.shuffle_seed = 0
+  c.data.synthetic = config_dict.ConfigDict(dict(
+      seed=0, num_train=1200, num_validation=200, num_test=200))
+
+  # ---- tools / env -------------------------------------------------------------------------------------
+  c.tool = config_dict.ConfigDict()
+  c.tool.tools = ("wiki_search",)
+  c.tool.retriever = "bm25"                     # "bm25" | "dense" | "http"
+  c.tool.corpus_path = config_dict.placeholder(str)  # JSONL corpus (synthetic: generated)
+  c.tool.index_path = config_dict.placeholder(str)   # dense index directory
+  c.tool.encoder_path = config_dict.placeholder(str)  # dense query encoder directory
+  c.tool.server_url = config_dict.placeholder(str)   # http retriever
+  c.tool.top_k = 5
+  c.tool.timeout_s = 30.0
+  c.env = config_dict.ConfigDict()
+  c.env.max_tool_response_length = 2048         # characters of tool output before chat framing
+  c.env.parallel_tool_calls = False
+  c.env.assistant_prefix = ""
+
+  # ---- rollout -----------------------------------------------------------------------------------------
+  c.rollout = config_dict.ConfigDict()
+  c.rollout.n_samples = algo["n_samples"]
+  c.rollout.max_turns = 5
+  c.rollout.max_prompt_length = 1024
+  c.rollout.max_new_tokens_per_turn = 1024
+  c.rollout.max_response_length = 7168
+  c.rollout.max_context_length = 8192
+  c.rollout.max_observation_tokens = config_dict.placeholder(int)  # token cap of one observation
+  c.rollout.temperature = 1.0
+  c.rollout.top_p = 1.0
+  c.rollout.top_k = 0
+  c.rollout.cache_dtype = "float32"
+
+  # ---- algorithm ---------------------------------------------------------------------------------------
+  c.algorithm = config_dict.ConfigDict()
+  c.algorithm.adv_estimator = algo["adv_estimator"]
+  c.algorithm.use_critic = algo["use_critic"]
+  c.algorithm.gamma = 1.0
+  c.algorithm.lam = 1.0
+  c.algorithm.norm_by_std = True
+  c.algorithm.whiten = True
+  c.algorithm.use_kl_in_reward = algo["kl"] == "reward"
+  c.algorithm.kl_penalty = "kl"
+  c.algorithm.kl_ctrl = "fixed"
+  c.algorithm.kl_coef = 0.001
+  c.algorithm.target_kl = 0.1
+  c.algorithm.kl_horizon = 10000.0
+  c.algorithm.loss_mask = "action"              # "action" | "response" (paper Table 4 ablation)
+  c.algorithm.advantage_mask = "action"         # "action" | "response"
+  c.algorithm.reward_style = "paper"            # "paper" | "agent_r1_code"
+
+  # ---- actor / critic optimisation ---------------------------------------------------------------------
+  c.actor = config_dict.ConfigDict()
+  c.actor.lr = 1e-6
+  c.actor.warmup_steps = 0
+  c.actor.lr_schedule = "constant"
+  c.actor.weight_decay = 0.01
+  c.actor.grad_clip = 1.0
+  c.actor.clip_ratio_low = 0.2
+  c.actor.clip_ratio_high = 0.2
+  c.actor.clip_ratio_c = 3.0
+  c.actor.entropy_coef = 0.0
+  c.actor.loss_agg_mode = "token-mean"
+  c.actor.use_kl_loss = algo["kl"] == "loss"
+  c.actor.kl_loss_coef = 0.001
+  c.actor.kl_loss_type = "low_var_kl"
+  c.actor.ppo_epochs = 1
+  c.actor.num_mini_batches = 2
+  c.actor.micro_batch_size = 8
+  c.critic = config_dict.ConfigDict()
+  c.critic.lr = 1e-5
+  c.critic.warmup_steps = 5
+  c.critic.weight_decay = 0.01
+  c.critic.grad_clip = 1.0
+  c.critic.clip_range_value = 0.5
+  c.critic.loss_agg_mode = "token-mean"
+  c.critic.micro_batch_size = 8
+
+  # ---- loop --------------------------------------------------------------------------------------------
+  c.trainer = config_dict.ConfigDict()
+  c.trainer.batch_size = 128                    # prompts per step (rows = batch_size * n_samples)
+  c.trainer.total_steps = 200
+  c.trainer.critic_warmup = 0                   # steps that update only the critic (PPO)
+  c.trainer.eval_every = 20
+  c.trainer.save_every = 20
+  c.trainer.max_to_keep = 3
+  c.trainer.eval_batch_size = 128
+  c.trainer.eval_num_examples = 500             # per validation source
+  c.trainer.progress_bar = True
+  c.trainer.export_hf = True
+
+  # ---- supervised warm-up (tiny preset: the model starts from scratch) ----------------------------------
+  c.sft = config_dict.ConfigDict()
+  c.sft.enabled = False
+  c.sft.steps = 0
+  c.sft.batch_size = 32
+  c.sft.lr = 1e-3
+  c.sft.warmup_steps = 20
+  c.sft.weight_decay = 0.0
+  c.sft.expert_error_rate = 0.0
+  c.sft.max_length = 512
+
+  # ---- mesh --------------------------------------------------------------------------------------------
+  c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
+
+  if preset == "tiny":
+    _apply_tiny(c)
+  else:
+    _apply_real(c, preset)
+  return c
+
+
+def _apply_tiny(c: config_dict.ConfigDict) -> None:
+  """CPU-sized settings of the offline default (synthetic world, from-scratch model)."""
+  c.model.compute_dtype = "float32"
+  c.rollout.max_turns = 4
+  c.rollout.max_prompt_length = 256
+  c.rollout.max_new_tokens_per_turn = 48
+  c.rollout.max_response_length = 320
+  c.rollout.max_context_length = 576
+  c.rollout.max_observation_tokens = 96
+  c.env.max_tool_response_length = 600
+  c.tool.top_k = 3
+  c.actor.lr = 2e-5
+  c.actor.warmup_steps = 2
+  c.actor.num_mini_batches = 1
+  c.actor.micro_batch_size = 40
+  c.actor.kl_loss_coef = 0.001
+  c.actor.entropy_coef = 0.0
+  c.critic.lr = 1e-4
+  c.critic.micro_batch_size = 40
+  c.trainer.batch_size = 8
+  c.trainer.total_steps = 30
+  c.trainer.eval_every = 10
+  c.trainer.save_every = 10
+  c.trainer.eval_batch_size = 64
+  c.trainer.eval_num_examples = 128
+  c.sft.enabled = True
+  c.sft.steps = 300
+  c.sft.batch_size = 32
+  c.sft.lr = 1e-3
+  c.sft.expert_error_rate = 0.0
+  c.sft.max_length = 576
+  c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=1, tensor=1))
+
+
+def _apply_real(c: config_dict.ConfigDict, preset: str) -> None:
+  """The paper's setting on a real Qwen2.5-Instruct checkpoint."""
+  c.data.source = "multihopqa"
+  c.model.compute_dtype = "bfloat16"
+  c.model.remat = True
+  c.rollout.cache_dtype = "bfloat16"
+  c.actor.micro_batch_size = 4
+  c.critic.micro_batch_size = 4
+
+
+def validate(c: config_dict.ConfigDict) -> None:
+  """Raises one ValueError naming the field to change; called before anything is built."""
+  for name, value in (("algorithm.loss_mask", c.algorithm.loss_mask),
+                      ("algorithm.advantage_mask", c.algorithm.advantage_mask)):
+    if value not in MASK_CHOICES:
+      raise ValueError(f"{name} must be one of {MASK_CHOICES}, got {value!r}")
+  if c.preset in REAL_PRESETS and not c.model.path and not c.dry_run:
+    raise ValueError(
+        f"preset {c.preset!r} trains a real Qwen2.5 checkpoint and needs --config.model.path=/path/to/"
+        f"{c.preset} (a local Hugging Face directory with config.json and model.safetensors); nothing is "
+        f"downloaded. For the offline default run the tiny preset: --config=configs/"
+        f"{c.algorithm_name}_multihopqa.py:tiny")
+  if c.data.source not in ("synthetic", "multihopqa"):
+    raise ValueError(f"data.source must be 'synthetic' or 'multihopqa', got {c.data.source!r}")
+  if c.data.source == "multihopqa" and not c.data.prepared_dir and not c.dry_run:
+    raise ValueError("data.source='multihopqa' needs --config.data.prepared_dir (the output folder of "
+                     "`python -m agent_r1_jax.data.prepare_multihopqa`)")
+  rows = c.trainer.batch_size * c.rollout.n_samples
+  if rows % c.actor.num_mini_batches:
+    raise ValueError(f"trainer.batch_size * rollout.n_samples = {rows} rows must split into "
+                     f"actor.num_mini_batches = {c.actor.num_mini_batches} equal mini-batches")
+  mini = rows // c.actor.num_mini_batches
+  for section in ("actor", "critic"):
+    micro = c[section].micro_batch_size
+    if micro < 1 or mini % micro:
+      raise ValueError(f"{section}.micro_batch_size = {micro} must divide the mini-batch of {mini} rows "
+                       f"(trainer.batch_size * rollout.n_samples / actor.num_mini_batches)")
+  if c.rollout.n_samples < 2 and c.algorithm.adv_estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline"):
+    raise ValueError(f"{c.algorithm.adv_estimator} compares samples of the same prompt: set "
+                     f"rollout.n_samples >= 2 (got {c.rollout.n_samples})")
+  if c.algorithm.adv_estimator == "gae" and not c.algorithm.use_critic:
+    raise ValueError("adv_estimator='gae' needs a critic: set algorithm.use_critic=True")
+  if c.rollout.max_context_length < c.rollout.max_prompt_length + 1:
+    raise ValueError("rollout.max_context_length must exceed rollout.max_prompt_length")

@@ -1,0 +1,271 @@
+"""Jitted learner computations: response log-probs / values, and the actor and critic updates.
+
+Layout of a learner batch (all device arrays, `B` rows, prompt length `P`, response length `R`):
+
+    input_ids        int32 [B, P+R]   left-padded prompt ++ right-padded response
+    attention_mask   int32 [B, P+R]   1 = real token (prompt, action or observation)
+    responses        int32 [B, R]     = input_ids[:, P:]
+    loss_mask        f32   [B, R]     tokens that carry policy loss (action mask, or response mask in the
+                                      `loss_mask=response` ablation)
+    old_log_probs    f32   [B, R]     log pi_old(a_t | s_t), recomputed by the learner before the update
+    ref_log_probs    f32   [B, R]     log pi_ref(a_t | s_t) (frozen initial policy), when a KL loss is on
+    advantages       f32   [B, R]
+    returns, old_values f32 [B, R]    critic targets and rollout-time values (PPO)
+
+Response token j sits at sequence position P + j and is predicted by the hidden state at P + j - 1, so
+every per-response quantity reads `hidden[:, P-1 : P+R-1]`; the value of the state before token j is read
+from the same slice. The LM head is applied to that slice only (never to the prompt), which keeps the
+`[B, R, V]` logits the largest activation.
+
+Updates: a mini-batch of `M` rows is split into `M / m` micro-batches that a `lax.scan` walks, summing
+gradients of `total_k / D`, where `D` is the loss denominator of the whole mini-batch (`rl.aggregation`):
+the summed gradient is exactly the full-mini-batch gradient. A non-finite gradient leaves parameters and
+optimizer state untouched and is reported (`skipped = 1`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from agent_r1_jax import rl
+
+Batch = dict[str, jax.Array]
+
+
+# --------------------------------------------------------------------------------------------------
+# Forward passes restricted to the response.
+
+
+def response_hidden(model: nnx.Module, input_ids: jax.Array, attention_mask: jax.Array,
+                    response_length: int) -> jax.Array:
+  """Backbone hidden states that predict each response token: `[B, R, D]`."""
+  hidden, _ = model.model(input_ids, attention_mask)
+  start = input_ids.shape[1] - response_length - 1
+  return jax.lax.slice_in_dim(hidden, start, start + response_length, axis=1)
+
+
+def response_log_probs(model: nnx.Module, batch: Batch, *, temperature: float = 1.0,
+                       with_entropy: bool = False) -> tuple[jax.Array, jax.Array | None]:
+  """`log softmax(logits / temperature)[a_t]` for every response token, float32 `[B, R]`.
+
+  Also returns the per-token entropy of the (temperature-scaled) policy when `with_entropy`.
+  """
+  responses = batch["responses"]
+  h = response_hidden(model, batch["input_ids"], batch["attention_mask"], responses.shape[1])
+  logits = model.logits(h) / temperature
+  logp = rl.token_log_probs(logits, responses)
+  entropy = rl.entropy_from_logits(logits) if with_entropy else None
+  return logp, entropy
+
+
+def response_values(critic: nnx.Module, batch: Batch) -> jax.Array:
+  """Critic values V(s_t) of the state before each response token, float32 `[B, R]`."""
+  r = batch["responses"].shape[1]
+  h = response_hidden(critic, batch["input_ids"], batch["attention_mask"], r).astype(jnp.float32)
+  values = jnp.einsum("brd,d->br", h, critic.value_kernel[...].astype(jnp.float32))
+  return values + critic.value_bias[...].astype(jnp.float32)
+
+
+# --------------------------------------------------------------------------------------------------
+# Loss configuration (hashable: static under jit).
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorLossConfig:
+  """Static settings of the actor objective.
+
+      loss = PG(clip) + kl_loss_coef * KL(pi || pi_ref) - entropy_coef * H(pi)
+
+  all aggregated over `loss_mask` by `loss_agg_mode` (see `rl.aggregation`).
+  """
+  clip_ratio_low: float = 0.2
+  clip_ratio_high: float = 0.2
+  clip_ratio_c: float = 3.0
+  loss_agg_mode: str = "token-mean"
+  entropy_coef: float = 0.0
+  use_kl_loss: bool = False
+  kl_loss_coef: float = 0.001
+  kl_loss_type: str = "low_var_kl"
+  temperature: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class CriticLossConfig:
+  """Static settings of the clipped value loss."""
+  clip_range_value: float = 0.5
+  loss_agg_mode: str = "token-mean"
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-micro-batch losses: (scalar to differentiate = total / D, metrics as Aggregates).
+
+
+def actor_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: Batch, denominator: jax.Array,
+               cfg: ActorLossConfig) -> tuple[jax.Array, dict[str, rl.Aggregate]]:
+  """Actor objective of one micro-batch, divided by the mini-batch denominator `D`."""
+  model = nnx.merge(graphdef, params)
+  # Entropy is always reported; it enters the loss only when entropy_coef > 0.
+  logp, entropy = response_log_probs(model, batch, temperature=cfg.temperature, with_entropy=True)
+  mask = batch["loss_mask"]
+  pg = rl.compute_policy_loss(batch["old_log_probs"], logp, batch["advantages"], mask,
+                              clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
+                              clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode)
+  on = mask > 0
+  ent = rl.aggregate(jnp.where(on, entropy, 0.0), mask, cfg.loss_agg_mode)
+  total = pg.loss.total - cfg.entropy_coef * ent.total
+  metrics = {"actor/pg_loss": pg.loss, "actor/entropy": ent, "actor/clip_fraction": pg.clip_fraction,
+             "actor/clip_fraction_dual": pg.clip_fraction_lower, "actor/approx_kl": pg.approx_kl}
+  if cfg.use_kl_loss:
+    kl = rl.compute_kl_loss(logp, batch["ref_log_probs"], mask, kind=cfg.kl_loss_type,
+                            loss_agg_mode=cfg.loss_agg_mode)
+    total = total + cfg.kl_loss_coef * kl.total
+    metrics["actor/kl_loss"] = kl
+  return total / denominator, metrics
+
+
+def critic_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: Batch, denominator: jax.Array,
+                cfg: CriticLossConfig) -> tuple[jax.Array, dict[str, rl.Aggregate]]:
+  """Clipped value loss of one micro-batch, divided by the mini-batch denominator `D`."""
+  critic = nnx.merge(graphdef, params)
+  values = response_values(critic, batch)
+  out = rl.compute_value_loss(values, batch["old_values"], batch["returns"], batch["advantage_mask"],
+                              clip_range_value=cfg.clip_range_value, loss_agg_mode=cfg.loss_agg_mode)
+  on = batch["advantage_mask"] > 0
+  vmean = rl.aggregate(jnp.where(on, values, 0.0), batch["advantage_mask"], "token-mean")
+  return out.loss.total / denominator, {"critic/value_loss": out.loss,
+                                        "critic/value_clip_fraction": out.clip_fraction,
+                                        "critic/values_mean": vmean}
+
+
+# --------------------------------------------------------------------------------------------------
+# Gradient accumulation over micro-batches + one optimizer step.
+
+
+def _split_micro(batch: Batch, num_micro: int) -> Batch:
+  """`[M, ...]` -> `[num_micro, M / num_micro, ...]` for every array in the batch."""
+  def split(x):
+    if x.shape[0] % num_micro:
+      raise ValueError(f"mini-batch of {x.shape[0]} rows does not split into {num_micro} micro-batches")
+    return x.reshape((num_micro, x.shape[0] // num_micro) + x.shape[1:])
+  return jax.tree.map(split, batch)
+
+
+def accumulate_gradients(loss_fn: Callable, params: nnx.State, batch: Batch, denominator: jax.Array,
+                         num_micro: int) -> tuple[nnx.State, dict[str, jax.Array]]:
+  """Sum over micro-batches of `grad(loss_fn)` and of its `Aggregate` metrics (finalised).
+
+  `loss_fn(params, micro_batch, denominator) -> (total_k / D, metrics)`; because `D` is the whole
+  mini-batch's denominator, the sum of the micro-batch gradients is the mini-batch gradient.
+  """
+  micro = _split_micro(batch, num_micro)
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+  def first(i):
+    return jax.tree.map(lambda x: x[i], micro)
+
+  (_, metrics0), grads0 = grad_fn(params, first(0), denominator)
+
+  def body(carry, mb):
+    grads, metrics = carry
+    (_, m), g = grad_fn(params, mb, denominator)
+    return (jax.tree.map(jnp.add, grads, g), rl.accumulate(metrics, m)), None
+
+  rest = jax.tree.map(lambda x: x[1:], micro)
+  (grads, metrics), _ = jax.lax.scan(body, (grads0, metrics0), rest)
+  return grads, rl.finalize(metrics)
+
+
+def apply_update(tx: optax.GradientTransformation, params: nnx.State, opt_state: Any,
+                 grads: nnx.State) -> tuple[nnx.State, Any, dict[str, jax.Array]]:
+  """One optimizer step, skipped (params and state unchanged) when any gradient is non-finite."""
+  grad_norm = optax.tree.norm(grads)
+  finite = jnp.isfinite(grad_norm)
+  safe_grads = jax.tree.map(lambda g: jnp.where(finite, g, jnp.zeros_like(g)), grads)
+  updates, new_opt_state = tx.update(safe_grads, opt_state, params)
+  new_params = optax.apply_updates(params, updates)
+  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+  return (keep(new_params, params), keep(new_opt_state, opt_state),
+          {"grad_norm": grad_norm, "skipped": 1.0 - finite.astype(jnp.float32)})
+
+
+def make_optimizer(*, lr: float, warmup_steps: int, weight_decay: float, grad_clip: float,
+                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                   total_steps: int | None = None, schedule: str = "constant") -> optax.GradientTransformation:
+  """AdamW with linear warm-up (then constant or cosine decay) and global-norm clipping.
+
+  Steps count optimizer updates (one per mini-batch), as the schedule sees them.
+  """
+  if lr <= 0:
+    raise ValueError(f"learning rate must be > 0, got {lr}")
+  warm = optax.linear_schedule(0.0, lr, max(warmup_steps, 1)) if warmup_steps > 0 else optax.constant_schedule(lr)
+  if schedule == "constant":
+    after = optax.constant_schedule(lr)
+  elif schedule == "cosine":
+    if not total_steps:
+      raise ValueError("a cosine schedule needs total_steps")
+    after = optax.cosine_decay_schedule(lr, max(total_steps - warmup_steps, 1))
+  else:
+    raise ValueError(f"unknown lr schedule {schedule!r}; use 'constant' or 'cosine'")
+  sched = optax.join_schedules([warm, after], [warmup_steps]) if warmup_steps > 0 else after
+  parts = [optax.adamw(sched, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)]
+  if grad_clip and grad_clip > 0:
+    parts.insert(0, optax.clip_by_global_norm(grad_clip))
+  return optax.chain(*parts)
+
+
+# --------------------------------------------------------------------------------------------------
+# Jitted entry points.
+
+
+class Learner:
+  """Holds the static pieces (graphdefs, optimizers, loss configs) and the jitted functions.
+
+  Parameters and optimizer states are passed in and returned (never stored here), so the trainer owns
+  all mutable state and checkpoints it as one pytree.
+  """
+
+  def __init__(self, actor_graphdef: nnx.GraphDef, actor_tx: optax.GradientTransformation,
+               actor_cfg: ActorLossConfig, *, critic_graphdef: nnx.GraphDef | None = None,
+               critic_tx: optax.GradientTransformation | None = None,
+               critic_cfg: CriticLossConfig = CriticLossConfig()):
+    self.actor_graphdef = actor_graphdef
+    self.actor_tx = actor_tx
+    self.actor_cfg = actor_cfg
+    self.critic_graphdef = critic_graphdef
+    self.critic_tx = critic_tx
+    self.critic_cfg = critic_cfg
+    self.log_probs = jax.jit(self._log_probs)
+    self.values = jax.jit(self._values)
+    self.actor_step = jax.jit(self._actor_step, static_argnames=("num_micro",), donate_argnums=(0, 1))
+    self.critic_step = jax.jit(self._critic_step, static_argnames=("num_micro",), donate_argnums=(0, 1))
+
+  def _log_probs(self, params: nnx.State, batch: Batch) -> tuple[jax.Array, jax.Array]:
+    model = nnx.merge(self.actor_graphdef, params)
+    logp, entropy = response_log_probs(model, batch, temperature=self.actor_cfg.temperature,
+                                       with_entropy=True)
+    return logp, entropy
+
+  def _values(self, params: nnx.State, batch: Batch) -> jax.Array:
+    return response_values(nnx.merge(self.critic_graphdef, params), batch)
+
+  def _actor_step(self, params, opt_state, batch: Batch, *, num_micro: int):
+    denominator = rl.loss_denominator(batch["loss_mask"], self.actor_cfg.loss_agg_mode)
+    loss_fn = lambda p, mb, d: actor_loss(p, self.actor_graphdef, mb, d, self.actor_cfg)
+    grads, metrics = accumulate_gradients(loss_fn, params, batch, denominator, num_micro)
+    params, opt_state, upd = apply_update(self.actor_tx, params, opt_state, grads)
+    return params, opt_state, {**metrics, "actor/grad_norm": upd["grad_norm"],
+                               "actor/skipped": upd["skipped"]}
+
+  def _critic_step(self, params, opt_state, batch: Batch, *, num_micro: int):
+    denominator = rl.loss_denominator(batch["advantage_mask"], self.critic_cfg.loss_agg_mode)
+    loss_fn = lambda p, mb, d: critic_loss(p, self.critic_graphdef, mb, d, self.critic_cfg)
+    grads, metrics = accumulate_gradients(loss_fn, params, batch, denominator, num_micro)
+    params, opt_state, upd = apply_update(self.critic_tx, params, opt_state, grads)
+    return params, opt_state, {**metrics, "critic/grad_norm": upd["grad_norm"],
+                               "critic/skipped": upd["skipped"]}
