@@ -60,6 +60,20 @@ def hf_logits(model, ids, mask) -> np.ndarray:
   return out.logits.numpy()
 
 
+@nnx.jit
+def forward(model, ids, mask):
+  return model(ids, mask)
+
+
+@nnx.jit
+def forward_cached(model, ids, mask, cache):
+  return model(ids, mask, cache=cache)
+
+
+def run(model, ids, mask) -> np.ndarray:
+  return np.asarray(forward(model, jnp.asarray(ids), jnp.asarray(mask)))
+
+
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
   """(path, hf_model) of an untied 4-head / 2-KV-head checkpoint shared by several tests."""
@@ -72,7 +86,7 @@ def ckpt(tmp_path_factory):
 def test_logits_match_transformers(tmp_path, tie, heads, kv_heads, hidden):
   hf = make_hf_checkpoint(tmp_path, tie=tie, heads=heads, kv_heads=kv_heads, hidden=hidden)
   ids, mask = batch()
-  ours = np.asarray(load_hf_checkpoint(tmp_path)(jnp.asarray(ids), jnp.asarray(mask)))
+  ours = run(load_hf_checkpoint(tmp_path), ids, mask)
   assert ours.dtype == np.float32 and ours.shape == (3, 9, VOCAB)
   real = mask.astype(bool)
   np.testing.assert_allclose(ours[real], hf_logits(hf, ids, mask)[real], atol=1e-4, rtol=0)
@@ -83,10 +97,10 @@ def test_padding_does_not_change_real_token_logits(ckpt):
   path, _ = ckpt
   model = load_hf_checkpoint(path)
   ids, _ = batch(t=6, b=1)
-  alone = np.asarray(model(jnp.asarray(ids), jnp.ones_like(jnp.asarray(ids))))[0]
+  alone = run(model, ids, np.ones_like(ids))[0]
   padded = np.concatenate([np.full((1, 3), 5, np.int32), ids, np.full((1, 2), 7, np.int32)], 1)
   mask = np.concatenate([np.zeros((1, 3)), np.ones((1, 6)), np.zeros((1, 2))], 1).astype(np.int32)
-  out = np.asarray(model(jnp.asarray(padded), jnp.asarray(mask)))[0, 3:9]
+  out = run(model, padded, mask)[0, 3:9]
   np.testing.assert_allclose(out, alone, atol=1e-5)
 
 
@@ -99,7 +113,7 @@ def test_save_round_trip_loads_in_transformers(ckpt, tmp_path):
   real = mask.astype(bool)
   np.testing.assert_allclose(hf_logits(reloaded, ids, mask)[real], hf_logits(hf, ids, mask)[real],
                              atol=1e-4, rtol=0)
-  ours = np.asarray(load_hf_checkpoint(tmp_path / "out")(jnp.asarray(ids), jnp.asarray(mask)))
+  ours = run(load_hf_checkpoint(tmp_path / "out"), ids, mask)
   np.testing.assert_allclose(ours[real], hf_logits(hf, ids, mask)[real], atol=1e-4, rtol=0)
 
 
@@ -114,7 +128,7 @@ def test_sharded_index_round_trip(ckpt, tmp_path):
   reloaded = transformers.Qwen2ForCausalLM.from_pretrained(tmp_path).eval()
   np.testing.assert_allclose(hf_logits(reloaded, ids, mask)[real], hf_logits(hf, ids, mask)[real],
                              atol=1e-4, rtol=0)
-  ours = np.asarray(load_hf_checkpoint(tmp_path)(jnp.asarray(ids), jnp.asarray(mask)))
+  ours = run(load_hf_checkpoint(tmp_path), ids, mask)
   np.testing.assert_allclose(ours[real], hf_logits(hf, ids, mask)[real], atol=1e-4, rtol=0)
 
 
@@ -122,7 +136,7 @@ def test_sharded_index_round_trip(ckpt, tmp_path):
 def test_mesh_sharded_logits_equal_single_device(ckpt, shape):
   path, _ = ckpt
   ids, mask = batch(seed=3, b=4)
-  single = np.asarray(load_hf_checkpoint(path)(jnp.asarray(ids), jnp.asarray(mask)))
+  single = run(load_hf_checkpoint(path), ids, mask)
   mesh = make_mesh(**shape)
   model = load_hf_checkpoint(path, mesh=mesh)
   q = model.model.layers[0].attn.q_kernel[...]
@@ -154,16 +168,16 @@ def test_bfloat16_compute_close_to_float32(ckpt):
   """bf16 activations (float32 params, float32 logits): mean KL(p32 || p16) < 1e-3 per token."""
   path, _ = ckpt
   ids, mask = batch(seed=4)
-  logits32 = load_hf_checkpoint(path)(jnp.asarray(ids), jnp.asarray(mask))
+  logits32 = run(load_hf_checkpoint(path), ids, mask)
   model16 = load_hf_checkpoint(path, compute_dtype="bfloat16")
-  logits16 = model16(jnp.asarray(ids), jnp.asarray(mask))
-  assert logits16.dtype == jnp.float32
+  logits16 = run(model16, ids, mask)
+  assert logits16.dtype == np.float32
   lp32 = jax.nn.log_softmax(logits32)
   lp16 = jax.nn.log_softmax(logits16)
   kl = np.asarray(jnp.sum(jnp.exp(lp32) * (lp32 - lp16), -1))[mask.astype(bool)]
   assert kl.mean() < 1e-3, kl.mean()
   # bfloat16 parameters too (half the memory) stay within the same bound on this model.
-  logits_bf = load_hf_checkpoint(path, dtype="bfloat16")(jnp.asarray(ids), jnp.asarray(mask))
+  logits_bf = run(load_hf_checkpoint(path, dtype="bfloat16"), ids, mask)
   lpb = jax.nn.log_softmax(logits_bf)
   klb = np.asarray(jnp.sum(jnp.exp(lp32) * (lp32 - lpb), -1))[mask.astype(bool)]
   assert klb.mean() < 1e-3, klb.mean()
@@ -176,15 +190,15 @@ def test_kv_cache_prefill_then_decode_equals_full_forward(ckpt):
   ids, _ = batch(seed=5, b=2, t=10)
   prompt_mask = np.array([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]], np.int32)
   cache = KVCache.init(model.config, batch=2, max_length=16)
-  logits_p, cache = model(jnp.asarray(ids[:, :6]), jnp.asarray(prompt_mask), cache=cache)
+  logits_p, cache = forward_cached(model, jnp.asarray(ids[:, :6]), jnp.asarray(prompt_mask), cache)
   # Ragged continuation: row 0 appends 3 tokens, row 1 appends 1 (right-padded chunk).
   ext = ids[:, 6:9]
   ext_mask = np.array([[1, 1, 1], [1, 0, 0]], np.int32)
-  logits_e, cache = model(jnp.asarray(ext), jnp.asarray(ext_mask), cache=cache)
+  logits_e, cache = forward_cached(model, jnp.asarray(ext), jnp.asarray(ext_mask), cache)
   np.testing.assert_array_equal(np.asarray(cache.lengths), [7, 7])
   np.testing.assert_array_equal(np.asarray(cache.cursor), [9, 7])
   step = np.array([[ids[0, 9]], [ids[1, 9]]], np.int32)
-  logits_d, cache = model(jnp.asarray(step), jnp.ones((2, 1), jnp.int32), cache=cache)
+  logits_d, cache = forward_cached(model, jnp.asarray(step), jnp.ones((2, 1), jnp.int32), cache)
   # Reference: each row's real tokens as one unpadded sequence through transformers.
   for row, seq in enumerate([np.r_[ids[0, 2:6], ids[0, 6:9], ids[0, 9]],
                              np.r_[ids[1, :6], ids[1, 6], ids[1, 9]]]):
@@ -205,7 +219,7 @@ def test_value_model_loads_backbone_from_policy_checkpoint(ckpt):
   np.testing.assert_array_equal(np.asarray(critic.value_kernel[...]),
                                 np.asarray(fresh.value_kernel[...]))
   ids, mask = batch(seed=6)
-  values = np.asarray(critic(jnp.asarray(ids), jnp.asarray(mask)))
+  values = run(critic, ids, mask)
   assert values.shape == (3, 9) and values.dtype == np.float32
   positions = np.maximum(np.cumsum(mask, 1) - 1, 0)
   with torch.no_grad():
@@ -227,7 +241,7 @@ def test_remat_gives_identical_gradients():
     def loss(m):
       return jnp.mean(jax.nn.log_softmax(m(jnp.asarray(ids), jnp.asarray(mask)))[..., 0])
 
-    return nnx.grad(loss)(model)
+    return nnx.jit(nnx.grad(loss))(model)
 
   a, b = grads(False), grads(True)
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
