@@ -6,28 +6,19 @@ driver against what actually happened: the context each row accumulated, the (to
 produced. Expected layouts are built by hand or by a plain-Python per-row loop written here.
 """
 
-
 from __future__ import annotations
 
 import dataclasses
 from typing import Sequence
 
+import jax
 import numpy as np
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+import pytest
+
+from agent_r1_jax.rollout import EpisodeStop, RolloutConfig, TrajectoryBatch, multihost, run_episodes
+from agent_r1_jax.rollout.synthetic_policy import byte_tokenizer
 
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>")
-
-
-def byte_tokenizer(specials: Sequence[str] = SPECIALS) -> PreTrainedTokenizerFast:
-  """One id per byte (byte-level BPE without merges) plus the given single-id special tokens."""
-  vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-  tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-  tok.decoder = decoders.ByteLevel()
-  tok.add_special_tokens(list(specials))
-  kwargs = {"pad_token": "<|endoftext|>"} if "<|endoftext|>" in specials else {}
-  return PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
 
 
 def fake_logprob(row: int, position: int, token: int) -> float:
@@ -159,14 +150,7 @@ class ScriptedEnv:
 # ---------------------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------------------
-
-import jax  # noqa: E402
-import pytest  # noqa: E402
-
-from agent_r1_jax.rollout import EpisodeStop, RolloutConfig, TrajectoryBatch, run_episodes  # noqa: E402
-from agent_r1_jax.rollout import multihost  # noqa: E402
-
-TOK = byte_tokenizer()
+TOK = byte_tokenizer(SPECIALS)
 PAD = TOK.pad_token_id
 IM_END, CALL_CLOSE, EOT = (TOK.convert_tokens_to_ids(t) for t in ("<|im_end|>", "</tool_call>", "<|endoftext|>"))
 STOPS = (IM_END, CALL_CLOSE, EOT)
