@@ -32,20 +32,22 @@ def _check_mask(name: str, mask: np.ndarray, shape: tuple[int, ...]) -> None:
     bad = (mask != 0) & (mask != 1)
     if bad.any():
       idx = _first_index(bad)
-      raise ValueError(f"{name} must contain only 0 and 1; found {mask[idx]!r} at (row, token) {idx}")
+      raise ValueError(f"{name} must contain only 0 and 1; found {mask[idx].item()!r} at (row, token) {idx}")
 
 
-def _check_finite(name: str, x: np.ndarray, shape: tuple[int, ...], mask: np.ndarray) -> None:
+def _check_finite(name: str, x: np.ndarray, shape: tuple[int, ...], mask: np.ndarray | None) -> None:
+  """Finite values wherever `mask` is non-zero (everywhere when `mask` is None)."""
   if x.shape != shape:
     raise ValueError(f"{name} has shape {x.shape} but token_level_rewards has shape {shape}; "
                      f"all per-token arrays must be [B, T] with the same B and T")
   if not np.issubdtype(x.dtype, np.floating) and not np.issubdtype(x.dtype, np.integer):
     raise ValueError(f"{name} must be a real-valued array, got dtype {x.dtype}")
-  bad = ~np.isfinite(x) & (mask != 0)
+  bad = ~np.isfinite(x) if mask is None else ~np.isfinite(x) & (mask != 0)
   if bad.any():
     idx = _first_index(bad)
-    raise ValueError(f"{name} is not finite ({x[idx]!r}) at masked (row, token) {idx}; fix the "
-                     f"reward function / model output that produced it")
+    where = "(row, token)" if mask is None else "masked (row, token)"
+    raise ValueError(f"{name} is not finite ({x[idx].item()!r}) at {where} {idx}; fix the reward "
+                     f"function / model output that produced it")
 
 
 def check_inputs(token_level_rewards: Any, action_mask: Any, *, values: Any = None, group_ids: Any = None,
@@ -78,7 +80,7 @@ def check_inputs(token_level_rewards: Any, action_mask: Any, *, values: Any = No
   shape = rewards.shape
   mask = _host(action_mask)
   _check_mask("action_mask", mask, shape)
-  _check_finite("token_level_rewards", rewards, shape, np.ones(shape, bool))
+  _check_finite("token_level_rewards", rewards, shape, None)
   if response_mask is not None:
     resp = _host(response_mask)
     _check_mask("response_mask", resp, shape)
