@@ -592,3 +592,51 @@ def test_config_rejects_nonsense():
   with pytest.raises(ValueError, match="observation_tail_tokens"):
     RolloutConfig(max_prompt_length=8, max_response_length=8, max_turns=1, max_new_tokens_per_turn=4,
                   max_tool_response_length=4, observation_tail_tokens=4)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Real Qwen2.5 tokenizer + real NousToolEnv/BM25 search: the context equals the chat template's rendering
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_qwen_context_equals_chat_template_with_real_env(qwen_tokenizer_dir):
+  from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+
+  from agent_r1_jax.envs import NousToolEnv  # pylint: disable=g-import-not-at-top
+  from agent_r1_jax.retrieval import BM25Index, Passage  # pylint: disable=g-import-not-at-top
+  from agent_r1_jax.tools import WikiSearchTool  # pylint: disable=g-import-not-at-top
+
+  tok = AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir))
+  passages = [Passage("1", "Eiffel Tower", "The Eiffel Tower is a lattice tower in Paris, France."),
+              Passage("2", "Paris", "Paris is the capital and largest city of France."),
+              Passage("3", "Lyon", "Lyon is a city in France on the Rhone.")]
+  env = NousToolEnv([WikiSearchTool(BM25Index(passages), top_k=2)])
+  messages = [{"role": "user", "content": "In which city is the Eiffel Tower?"}]
+  prompt = tok.apply_chat_template(messages, tools=env.tool_schemas, add_generation_prompt=True, tokenize=False)
+  call_text = NousToolEnv.render_call("search", {"query": "Eiffel Tower city"})
+  turns = [f"Let me search.\n{call_text}", "<answer>Paris</answer><|im_end|>"]
+  ids = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+  stops = [tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "</tool_call>")]
+  config = RolloutConfig(max_prompt_length=len(ids(prompt)) + 3, max_response_length=256, max_turns=3,
+                         max_new_tokens_per_turn=64)
+  sampler = ScriptedSampler([[ids(t) for t in turns]], stops, tok.pad_token_id, config.cache_length)
+  batch = run_episodes(sampler, None, env, tok, [prompt], config, None, jax.random.key(0))
+
+  observation = env.step(turns[0])[0]
+  assert 'Doc 1 (Title: "Eiffel Tower")' in observation
+  assert batch.response_text[0] == turns[0] + observation + turns[1]
+  assert batch.stop_reason[0] == EpisodeStop.ANSWER and batch.num_tool_calls[0] == 1
+  # The same conversation rendered by the official template (tool call + tool message + final answer).
+  convo = messages + [
+      {"role": "assistant", "content": "Let me search.",
+       "tool_calls": [{"type": "function", "function": {"name": "search",
+                                                        "arguments": {"query": "Eiffel Tower city"}}}]},
+      {"role": "tool", "content": observation.split("<tool_response>\n", 1)[1].split("\n</tool_response>")[0]},
+      {"role": "assistant", "content": "<answer>Paris</answer>"}]
+  template = tok.apply_chat_template(convo, tools=env.tool_schemas, tokenize=False)
+  context = batch.input_ids[0][batch.attention_mask[0] == 1].tolist()
+  assert tok.decode(context) == template[:len(tok.decode(context))]
+  assert template[len(tok.decode(context)):] == "\n"  # the template's newline after the final <|im_end|>
+  assert context == ids(template)[:len(context)]  # token for token, not only as text
+  # Action tokens are the scripted ids exactly (never re-encoded from text).
+  assert batch.response_ids[0, batch.action_mask[0] == 1].tolist() == ids(turns[0]) + ids(turns[1])

@@ -18,8 +18,10 @@ class RolloutConfig:
       effective cap is min(max_context_length, P + R). None means P + R.
     max_tool_response_length: cap, in tokens, on one observation as appended to the context; a longer one
       keeps its first tokens and its last `observation_tail_tokens` tokens (the framing that reopens the
-      assistant turn), dropping the middle. None means no cap beyond the response budget.
-    observation_tail_tokens: tokens kept from the end of a capped observation (see above).
+      assistant turn), dropping the middle. None means no cap beyond the response budget. (The env also cuts
+      each tool result to its own `max_tool_response_length` characters before framing.)
+    observation_tail_tokens: tokens kept from the end of a capped observation; 16 covers the Qwen2.5 closing
+      framing `\\n</tool_response><|im_end|>\\n<|im_start|>assistant\\n` (10 tokens) plus a short assistant prefix.
     end_of_text_ids: ids that end the whole episode when a turn stops on them (EpisodeStop.EOS), e.g.
       `<|endoftext|>` for models that emit it; each must also be a sampler stop id. The turn-end `<|im_end|>`
       is not one of them: a turn that closes without a tool call is an answer.
@@ -31,7 +33,7 @@ class RolloutConfig:
   max_new_tokens_per_turn: int
   max_context_length: int | None = None
   max_tool_response_length: int | None = None
-  observation_tail_tokens: int = 8
+  observation_tail_tokens: int = 16
   end_of_text_ids: tuple[int, ...] = ()
 
   def __post_init__(self):
