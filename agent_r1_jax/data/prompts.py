@@ -44,3 +44,10 @@ def render_prompt(tokenizer: Any, question: str, tool_schemas: Sequence[dict] | 
 def encode_prompt(tokenizer: Any, prompt_text: str) -> list[int]:
   """Prompt ids exactly as the rollout driver tokenizes a rendered prompt (no added BOS/EOS)."""
   return list(tokenizer(prompt_text, add_special_tokens=False)["input_ids"])
+
+
+def search_tool_schema() -> dict[str, Any]:
+  """The schema `WikiSearchTool` exposes (`search(query)`), without building a retriever behind it."""
+  from agent_r1_jax.tools import WikiSearchTool  # pylint: disable=import-outside-toplevel
+  return {"type": "function", "function": {"name": WikiSearchTool.name, "description": WikiSearchTool.description,
+                                           "parameters": WikiSearchTool.parameters}}
