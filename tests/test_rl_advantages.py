@@ -72,7 +72,7 @@ def test_gae_hand_computed_case():
 def test_group_ids_only_matter_up_to_relabelling():
   r, _, m, g = random_batch(4)
   relabelled = np.array([{3: 0, 17: 1, 400: 2, 9: 3, 123456: 4, 999_999: 5}[int(x)] for x in g], np.int32)
-  for fn in (rl.compute_grpo, rl.compute_rloo, rl.compute_reinforce_pp_baseline):
+  for fn in map(jax.jit, (rl.compute_grpo, rl.compute_rloo, rl.compute_reinforce_pp_baseline)):
     np.testing.assert_array_equal(np.asarray(fn(r, m, g)), np.asarray(fn(r, m, relabelled)))
 
 
