@@ -182,8 +182,8 @@ class AdvantageParams:
   method: ScanMethod = "scan"
 
 
-EstimatorFn = Callable[[jax.Array, jax.Array, "jax.Array | None", "jax.Array | None", AdvantageParams],
-                       tuple[jax.Array, jax.Array]]
+# fn(token_level_rewards, action_mask, values | None, group_ids | None, params) -> (advantages, returns)
+EstimatorFn = Callable[..., tuple[jax.Array, jax.Array]]
 
 
 @dataclasses.dataclass(frozen=True)
