@@ -95,12 +95,9 @@ def detect_format(row: Mapping[str, Any]) -> str:
 
 
 def _join_sentences(sentences: Iterable[str]) -> str:
-  """Paragraph text from sentences: HotpotQA keeps the leading space of each sentence; others get one."""
-  text = ""
-  for s in sentences:
-    s = str(s)
-    text = s if not text else (text + s if s[:1].isspace() or text[-1:].isspace() else f"{text} {s}")
-  return text.strip()
+  """Paragraph text from sentences. The releases keep each sentence's leading space (" She was ..."), so the
+  paragraph is their plain concatenation, as the official HotpotQA tooling builds it."""
+  return "".join(str(s) for s in sentences).strip()
 
 
 def _unique(items: Iterable[str]) -> list[str]:
