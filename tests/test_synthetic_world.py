@@ -161,3 +161,23 @@ def test_config_knobs_and_errors():
   with pytest.raises(ValueError, match="num_validation"):
     generate_world(WorldConfig.create(num_films=4, num_bands=4, num_companies=4, num_people=8,
                                       num_universities=4, num_train=20, num_validation=500))
+
+
+def test_collate_matches_a_plain_loop(world_files, env):
+  from agent_r1_jax.data import collate
+  tokenizer = world_files.load_tokenizer()
+  examples = sft_examples(tokenizer, expert_trajectories(world_files, "train", env=env, limit=6), env.tool_schemas)
+  p = max(len(e.prompt_ids) for e in examples)
+  r = sorted(len(e.response_ids) for e in examples)[3]  # some rows are cut
+  batch = collate(examples, prompt_length=p + 2, response_length=r, pad_id=0)
+  for i, ex in enumerate(examples):
+    row = [0] * (p + 2 - len(ex.prompt_ids)) + list(ex.prompt_ids)
+    assert list(batch["prompt_ids"][i]) == row
+    assert list(batch["prompt_mask"][i]) == [0] * (p + 2 - len(ex.prompt_ids)) + [1] * len(ex.prompt_ids)
+    resp = list(ex.response_ids[:r]) + [0] * max(0, r - len(ex.response_ids))
+    assert list(batch["response_ids"][i]) == resp
+    assert list(batch["action_mask"][i]) == list(ex.action_mask[:r]) + [0] * max(0, r - len(ex.response_ids))
+    assert batch["response_mask"][i].sum() == min(r, len(ex.response_ids))
+    assert batch["truncated"][i] == (len(ex.response_ids) > r)
+  with pytest.raises(ValueError, match="raise the prompt length"):
+    collate(examples, prompt_length=p - 1, response_length=r, pad_id=0)

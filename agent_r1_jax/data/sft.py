@@ -44,3 +44,42 @@ def tokenize_trajectory(tokenizer: Any, prompt_text: str, segments: Sequence[tup
   response_ids, action_mask = tokenize_segments(tokenizer, segments)
   return SFTExample(prompt_ids=prompt_ids, response_ids=response_ids, action_mask=action_mask,
                     example_id=example_id)
+
+
+def collate(examples: Sequence[SFTExample], *, prompt_length: int, response_length: int,
+            pad_id: int) -> dict[str, np.ndarray]:
+  """Fixed-shape arrays in the rollout's `TrajectoryBatch` layout (B = len(examples)).
+
+  Returns:
+    prompt_ids int32 [B, P] left-padded with `pad_id`, prompt_mask int32 [B, P] (1 on real tokens),
+    response_ids int32 [B, R] right-padded, response_mask int32 [B, R], action_mask int32 [B, R]
+    (0 on padding), and truncated bool [B] (response longer than R and cut on the right).
+
+  Raises:
+    ValueError: if a prompt is longer than `prompt_length` (raise it; prompts are never cut) or the batch is
+      empty.
+  """
+  if not examples:
+    raise ValueError("collate needs at least one example")
+  b = len(examples)
+  out = {
+      "prompt_ids": np.full((b, prompt_length), pad_id, np.int32),
+      "prompt_mask": np.zeros((b, prompt_length), np.int32),
+      "response_ids": np.full((b, response_length), pad_id, np.int32),
+      "response_mask": np.zeros((b, response_length), np.int32),
+      "action_mask": np.zeros((b, response_length), np.int32),
+      "truncated": np.zeros((b,), bool),
+  }
+  for i, ex in enumerate(examples):
+    p = len(ex.prompt_ids)
+    if p > prompt_length:
+      raise ValueError(f"example {ex.example_id or i} has a {p}-token prompt, longer than prompt_length="
+                       f"{prompt_length}; raise the prompt length")
+    out["prompt_ids"][i, prompt_length - p:] = ex.prompt_ids
+    out["prompt_mask"][i, prompt_length - p:] = 1
+    r = min(len(ex.response_ids), response_length)
+    out["response_ids"][i, :r] = ex.response_ids[:r]
+    out["response_mask"][i, :r] = 1
+    out["action_mask"][i, :r] = ex.action_mask[:r]
+    out["truncated"][i] = len(ex.response_ids) > response_length
+  return out
