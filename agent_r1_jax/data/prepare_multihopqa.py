@@ -157,6 +157,8 @@ def _define_flags() -> None:
   flags.DEFINE_bool("overwrite", False, "Replace an existing dataset of the same name.")
   flags.DEFINE_string("tokenizer", None, "HF tokenizer directory: report prompt token counts with it.")
   flags.DEFINE_string("corpus_output", None, "Also write the validation contexts as a retrieval corpus JSONL.")
+  flags.DEFINE_alias("out_dir", "output_dir")
+  flags.DEFINE_alias("corpus_out", "corpus_output")
 
 
 def main(argv: Sequence[str]) -> None:
