@@ -249,7 +249,7 @@ def reference_row(prompt: list[int], script: list[str], config: RolloutConfig) -
       reason = EpisodeStop.MAX_TURNS
       break
     ids = enc(obs)
-    cap, tail = config.max_tool_response_length, config.observation_tail_tokens
+    cap, tail = config.max_observation_tokens, config.observation_tail_tokens
     if cap is not None and len(ids) > cap:
       ids = ids[:cap - tail] + (ids[-tail:] if tail else [])
     room_r, room_c = R - len(resp), C - len(prompt) - len(resp)
@@ -398,7 +398,7 @@ def test_turn_truncated_without_tool_call_and_eos():
 
 def test_tool_response_cap_keeps_head_and_tail():
   config = RolloutConfig(max_prompt_length=64, max_response_length=400, max_turns=2, max_new_tokens_per_turn=60,
-                         max_tool_response_length=20, observation_tail_tokens=6)
+                         max_observation_tokens=20, observation_tail_tokens=6)
   batch, sampler, _ = rollout([[call("q=long"), ANSWER]], config)
   seg0, obs = enc(call("q=long")), enc(observation_text("x" * 120))
   assert row_response(batch, 0)[:len(seg0) + 20] == seg0 + obs[:14] + obs[-6:]
@@ -439,7 +439,7 @@ def test_matches_per_row_reference_on_random_episodes():
         max_turns=turns,
         max_new_tokens_per_turn=int(rng.integers(4, 70)),
         max_context_length=None if rng.random() < 0.5 else int(max(prompt_lengths) + rng.integers(5, 200)),
-        max_tool_response_length=None if rng.random() < 0.5 else int(rng.integers(10, 80)),
+        max_observation_tokens=None if rng.random() < 0.5 else int(rng.integers(10, 80)),
         observation_tail_tokens=int(rng.integers(0, 8)),
         end_of_text_ids=(EOT,) if rng.random() < 0.5 else ())
     scripts = [[choices[rng.integers(len(choices))]() for _ in range(turns)] for _ in range(n_prompts * samples)]
@@ -591,7 +591,7 @@ def test_config_rejects_nonsense():
     RolloutConfig(max_prompt_length=8, max_response_length=8, max_turns=0, max_new_tokens_per_turn=4)
   with pytest.raises(ValueError, match="observation_tail_tokens"):
     RolloutConfig(max_prompt_length=8, max_response_length=8, max_turns=1, max_new_tokens_per_turn=4,
-                  max_tool_response_length=4, observation_tail_tokens=4)
+                  max_observation_tokens=4, observation_tail_tokens=4)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -16,10 +16,11 @@ class RolloutConfig:
     max_new_tokens_per_turn: the sampler's budget for one segment.
     max_context_length: cap on prompt + response real tokens of a row (the model's context window); the
       effective cap is min(max_context_length, P + R). None means P + R.
-    max_tool_response_length: cap, in tokens, on one observation as appended to the context; a longer one
-      keeps its first tokens and its last `observation_tail_tokens` tokens (the framing that reopens the
-      assistant turn), dropping the middle. None means no cap beyond the response budget. (The env also cuts
-      each tool result to its own `max_tool_response_length` characters before framing.)
+    max_observation_tokens: the issue's `max_tool_response_length` counted in tokens: cap on one
+      observation as appended to the context; a longer one keeps its first tokens and its last
+      `observation_tail_tokens` tokens (the framing that reopens the assistant turn), dropping the middle.
+      None means no cap beyond the response budget. (The env separately cuts each tool result to its own
+      `max_tool_response_length` characters before framing.)
     observation_tail_tokens: tokens kept from the end of a capped observation; 16 covers the Qwen2.5 closing
       framing `\\n</tool_response><|im_end|>\\n<|im_start|>assistant\\n` (10 tokens) plus a short assistant prefix.
     end_of_text_ids: ids that end the whole episode when a turn stops on them (EpisodeStop.EOS), e.g.
@@ -32,7 +33,7 @@ class RolloutConfig:
   max_turns: int
   max_new_tokens_per_turn: int
   max_context_length: int | None = None
-  max_tool_response_length: int | None = None
+  max_observation_tokens: int | None = None
   observation_tail_tokens: int = 16
   end_of_text_ids: tuple[int, ...] = ()
 
@@ -44,14 +45,14 @@ class RolloutConfig:
     if self.max_context_length is not None and self.max_context_length < 2:
       raise ValueError(f"RolloutConfig.max_context_length must be >= 2 (a prompt token and one action), got "
                        f"{self.max_context_length}")
-    if self.max_tool_response_length is not None and self.max_tool_response_length < 1:
-      raise ValueError(f"RolloutConfig.max_tool_response_length must be positive or None, got "
-                       f"{self.max_tool_response_length}")
-    if self.max_tool_response_length is not None and not (
-        0 <= self.observation_tail_tokens < self.max_tool_response_length):
+    if self.max_observation_tokens is not None and self.max_observation_tokens < 1:
+      raise ValueError(f"RolloutConfig.max_observation_tokens must be positive or None, got "
+                       f"{self.max_observation_tokens}")
+    if self.max_observation_tokens is not None and not (
+        0 <= self.observation_tail_tokens < self.max_observation_tokens):
       raise ValueError(
           f"RolloutConfig.observation_tail_tokens ({self.observation_tail_tokens}) must be in "
-          f"[0, max_tool_response_length={self.max_tool_response_length})")
+          f"[0, max_observation_tokens={self.max_observation_tokens})")
     object.__setattr__(self, "end_of_text_ids", tuple(int(i) for i in self.end_of_text_ids))
 
   @property

@@ -124,8 +124,10 @@ def run_episodes(
     check_env: probe the env once with a final answer and a call to a nonexistent tool before generating.
 
   Returns:
-    The TrajectoryBatch of B rows, with `timings` = seconds of generation (device: prefill + segments),
-    tools (env.batch_step), host (everything else: decode, parse, tokenize, bookkeeping) and total.
+    The TrajectoryBatch of B rows, with `timings` in seconds: generation (sampler calls: prefill,
+    segments, observation appends), tools (env.batch_step, parsing included, and the up-front probe),
+    host (everything else: validation, detokenize, tokenize, bookkeeping), total; detokenize and tokenize
+    are also reported on their own (they are part of host).
   """
   timer = _PhaseTimer()
   start = time.perf_counter()
@@ -142,7 +144,8 @@ def run_episodes(
     if values is not None and len(values) != n_prompts:
       raise ValueError(f"{name} has {len(values)} entries for {n_prompts} prompts")
   if check_env:
-    validation.probe_env(env)
+    with timer("tools"):
+      validation.probe_env(env)
 
   n = samples_per_prompt
   batch = n_prompts * n
@@ -228,8 +231,9 @@ def run_episodes(
     pending = [[] for _ in range(batch)]
     if env_rows.size == 0:
       continue
-    texts = tokenizer.batch_decode([tokens[b, :lengths[b]].tolist() for b in env_rows],
-                                   skip_special_tokens=False)
+    with timer("detokenize"):
+      texts = tokenizer.batch_decode([tokens[b, :lengths[b]].tolist() for b in env_rows],
+                                     skip_special_tokens=False)
     with timer("tools"):
       results = env.batch_step(texts)
     validation.check_step_results(results, len(env_rows))
@@ -264,9 +268,10 @@ def run_episodes(
     if calling.size == 0:
       continue
     # ... the others get their observation, tokenized once, cut to what fits.
-    obs_ids = tokenizer(observations, add_special_tokens=False)["input_ids"]
+    with timer("tokenize"):
+      obs_ids = tokenizer(observations, add_special_tokens=False)["input_ids"]
     for b, ids in zip(calling.tolist(), obs_ids):
-      ids = cap_observation(list(ids), config.max_tool_response_length, config.observation_tail_tokens)
+      ids = cap_observation(list(ids), config.max_observation_tokens, config.observation_tail_tokens)
       room_r = int(R - resp_len[b])
       room_c = int(config.context_limit - prompt_len[b] - resp_len[b])
       room = min(room_r, room_c)
@@ -279,16 +284,14 @@ def run_episodes(
 
   if np.any(active):
     raise RuntimeError("internal error: rows still active after the turn loop")
-  response_text = tokenizer.batch_decode([response_ids[b, :resp_len[b]].tolist() for b in rows_all],
-                                         skip_special_tokens=False)
+  with timer("detokenize"):
+    response_text = tokenizer.batch_decode([response_ids[b, :resp_len[b]].tolist() for b in rows_all],
+                                           skip_special_tokens=False)
   last_action = turn_last.max(axis=1)
   total = time.perf_counter() - start
-  timings = {
-      "generation": timer.seconds.get("generation", 0.0),
-      "tools": timer.seconds.get("tools", 0.0),
-      "total": total,
-  }
-  timings["host"] = total - timings["generation"] - timings["tools"]
+  timings = {name: timer.seconds.get(name, 0.0) for name in ("generation", "tools", "detokenize", "tokenize")}
+  timings["total"] = total
+  timings["host"] = total - timings["generation"] - timings["tools"]  # includes detokenize and tokenize
   repeat = lambda values, fill: [v for v in (values if values is not None else [fill] * n_prompts)  # noqa: E731
                                  for _ in range(n)]
   return TrajectoryBatch(
