@@ -83,6 +83,7 @@ def test_bm25_matches_plain_python_reference(k1, b):
     hits = index.search([q], top_k=3)[0]
     order = sorted((i for i in range(len(DOCS)) if ref[i] > 0), key=lambda i: (-ref[i], i))[:3]
     assert [h.passage.id for h in hits] == [DOCS[i].id for i in order]
+    np.testing.assert_allclose([h.score for h in hits], [ref[i] for i in order], rtol=1e-5)
   assert index.search(["the", "unknown words here", ""], top_k=3) == [[], [], []]
 
 

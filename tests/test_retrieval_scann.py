@@ -51,6 +51,7 @@ def test_save_load_round_trip_and_manifest(tmp_path):
   assert manifest["settings"]["num_leaves"] == 30 and manifest["settings"]["num_leaves_to_search"] == 10
   loaded = ScannIndex.load(tmp_path / "idx", expected_corpus_hash="abc123")
   idx2, scores2 = loaded.search(queries)
+  np.testing.assert_array_equal(loaded.search(queries, parallel=True, batch_size=16)[0], idx)
   np.testing.assert_array_equal(idx2, idx)
   np.testing.assert_array_equal(scores2, scores)
   assert loaded.config == index.config and loaded.extra == {"encoder_kind": "bge"}

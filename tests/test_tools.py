@@ -166,3 +166,10 @@ def test_python_batch_keeps_order(python_tool):
   results = python_tool.call_batch(codes)
   assert [r.content for r in results[:5]] == [f"{2 * i}\n" for i in range(5)]
   assert not results[5].success and errors.PREFIXES["invalid_arguments"] in results[5].content
+
+
+def test_registry_accepts_ml_collections_config(tmp_path):
+  ml_collections = pytest.importorskip("ml_collections")
+  config = ml_collections.ConfigDict({"tools": ["python"], "python": {"time_limit_s": 3.0, "max_output_chars": 100}})
+  (tool,) = build_tools(list(config.tools), config)
+  assert isinstance(tool, PythonTool) and tool.time_limit_s == 3.0 and tool.max_output_chars == 100

@@ -7,9 +7,8 @@ stop words are removed, and bm25s precomputes the per-(document, term) BM25 cont
   idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))                      (`lucene` variant)
 
 into a sparse matrix S [num_docs, vocab] (CSC). The score of query q is score(d, q) = sum_{t in q} s(d, t)
-(a repeated query term counts again, as in bm25s). `search` scores a whole batch of Q queries with one
-sparse product  scores[Q, num_docs] = C[Q, vocab] @ S^T  where C holds query term counts, then keeps the
-top-k per row. Passages with score 0 (no shared term) are never returned.
+(a repeated query term counts again, as in bm25s). `search` scores only the documents in the posting
+lists of the query terms, a chunk of queries at a time (see `search`). Passages with score 0 (no shared term) are never returned.
 """
 
 from __future__ import annotations
@@ -39,11 +38,11 @@ class BM25Index:
     k1, b: BM25 parameters (defaults are Lucene/Anserini's, as used by Search-R1's pyserini BM25).
     method: bm25s scoring variant, one of "robertson", "lucene", "atire".
     stopwords: bm25s stop-word setting ("en" or None).
-    query_chunk: queries scored per sparse product (bounds the dense [chunk, num_docs] score block).
+    query_chunk: queries whose postings are grouped in one np.unique / np.bincount pass.
   """
 
   def __init__(self, passages: Sequence[Passage], *, k1: float = 0.9, b: float = 0.4,
-               method: str = "lucene", stopwords: str | None = "en", query_chunk: int = 64,
+               method: str = "lucene", stopwords: str | None = "en", query_chunk: int = 16,
                _retriever: bm25s.BM25 | None = None):
     if not passages:
       raise ValueError("BM25Index needs at least one passage")
@@ -89,33 +88,62 @@ class BM25Index:
     return [self._vocab[w] for w in words if w not in stop and w in self._vocab]
 
   def score_matrix(self, queries: Sequence[str]) -> np.ndarray:
-    """Dense BM25 scores float32 [len(queries), num_docs]."""
-    rows, cols = [], []
-    for i, q in enumerate(queries):
-      ids = self.query_token_ids(q)
-      rows.extend([i] * len(ids))
-      cols.extend(ids)
-    counts = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)),
-                           shape=(len(queries), self._doc_term_t.shape[0]))
-    return np.asarray((counts @ self._doc_term_t).toarray(), np.float32)
+    """Dense BM25 scores float32 [len(queries), num_docs] (the reference path; `search` avoids it).
 
-  def search(self, queries: Sequence[str], top_k: int = 5) -> list[list[SearchHit]]:
-    """Top-k passages per query, scores decreasing, ties broken by corpus order."""
-    check_top_k(top_k)
-    queries = [str(q) for q in queries]
-    out: list[list[SearchHit]] = []
-    for start in range(0, len(queries), self.query_chunk):
-      block = self.score_matrix(queries[start:start + self.query_chunk])
-      for row in block:
-        out.append(self._top_hits(row, top_k))
+    Row i accumulates, term by term, the posting list of each query term (a CSR row of S^T):
+    scores[i, docs(t)] += s(docs(t), t).
+    """
+    out = np.zeros((len(queries), len(self.passages)), np.float32)
+    indptr, indices, data = self._doc_term_t.indptr, self._doc_term_t.indices, self._doc_term_t.data
+    for i, q in enumerate(queries):
+      row = out[i]
+      for t in self.query_token_ids(q):
+        start, end = indptr[t], indptr[t + 1]
+        row[indices[start:end]] += data[start:end]  # doc ids within one posting list are unique
     return out
 
-  def _top_hits(self, row: np.ndarray, top_k: int) -> list[SearchHit]:
-    k = min(top_k, row.shape[0])
-    cand = np.argpartition(-row, k - 1)[:k] if k < row.shape[0] else np.arange(row.shape[0])
-    cand = cand[row[cand] > 0]
-    order = np.lexsort((cand, -row[cand]))
-    return [SearchHit(self.passages[int(i)], float(row[i])) for i in cand[order]]
+  def search(self, queries: Sequence[str], top_k: int = 5) -> list[list[SearchHit]]:
+    """Top-k passages per query, scores decreasing, ties broken by corpus order; score-0 passages dropped.
+
+    Only documents that share a term with a query are scored. For a chunk of Q queries the postings of
+    all their terms are concatenated as keys row * num_docs + doc with their contributions s(doc, t);
+    `np.unique` groups equal keys and `np.bincount` sums them, so the cost is O(P log P) in the number P
+    of postings touched rather than O(Q * num_docs). Each row's top-k is then an argpartition over its
+    own touched documents. A query's result does not depend on the other queries of its chunk.
+    """
+    check_top_k(top_k)
+    token_ids = [self.query_token_ids(str(q)) for q in queries]
+    out: list[list[SearchHit]] = []
+    for start in range(0, len(token_ids), self.query_chunk):
+      out.extend(self._search_chunk(token_ids[start:start + self.query_chunk], top_k))
+    return out
+
+  def _search_chunk(self, token_ids: list[list[int]], top_k: int) -> list[list[SearchHit]]:
+    indptr, indices, data = self._doc_term_t.indptr, self._doc_term_t.indices, self._doc_term_t.data
+    n_docs = len(self.passages)
+    keys, vals = [], []
+    for row, ids in enumerate(token_ids):
+      for t in ids:
+        start, end = indptr[t], indptr[t + 1]
+        keys.append(indices[start:end].astype(np.int64) + row * n_docs)
+        vals.append(data[start:end])
+    if not keys:
+      return [[] for _ in token_ids]
+    unique_keys, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+    sums = np.bincount(inverse, weights=np.concatenate(vals)).astype(np.float32)
+    rows, docs = np.divmod(unique_keys, n_docs)
+    bounds = np.searchsorted(rows, np.arange(len(token_ids) + 1))
+    out = []
+    for row in range(len(token_ids)):
+      seg_scores = sums[bounds[row]:bounds[row + 1]]
+      seg_docs = docs[bounds[row]:bounds[row + 1]]
+      if len(seg_scores) > top_k:
+        keep = np.argpartition(-seg_scores, top_k - 1)[:top_k]
+        seg_scores, seg_docs = seg_scores[keep], seg_docs[keep]
+      order = np.lexsort((seg_docs, -seg_scores))
+      out.append([SearchHit(self.passages[int(d)], float(v))
+                  for d, v in zip(seg_docs[order], seg_scores[order]) if v > 0])
+    return out
 
   # --- persistence -------------------------------------------------------------------------------
   def save(self, directory: str | os.PathLike[str]) -> None:

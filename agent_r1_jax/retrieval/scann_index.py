@@ -104,10 +104,12 @@ class ScannIndex:
     return cls(builder.build(), num_points=x.shape[0], dim=x.shape[1], config=cfg, corpus_hash=corpus_hash,
                extra=extra)
 
-  def search(self, queries: np.ndarray, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+  def search(self, queries: np.ndarray, k: int | None = None, *, parallel: bool = False,
+             batch_size: int = 256) -> tuple[np.ndarray, np.ndarray]:
     """Batched search: queries float32 [Q, D] -> (indices int64 [Q, k'], scores float32 [Q, k']), k' = min(k, N).
 
-    Rows are sorted by decreasing inner product.
+    Rows are sorted by decreasing inner product. `parallel` splits the batch into chunks of `batch_size`
+    searched on ScaNN's thread pool (all cores).
     """
     q = np.ascontiguousarray(queries, dtype=np.float32)
     if q.ndim != 2 or q.shape[1] != self.dim:
@@ -115,8 +117,12 @@ class ScannIndex:
     k = min(k or self.config.num_neighbors, self.num_points)
     if q.shape[0] == 0:
       return np.zeros((0, k), np.int64), np.zeros((0, k), np.float32)
-    idx, dist = self._searcher.search_batched(q, final_num_neighbors=k,
-                                              pre_reorder_num_neighbors=max(self.config.reorder_k, k))
+    if parallel:
+      idx, dist = self._searcher.search_batched_parallel(
+          q, final_num_neighbors=k, pre_reorder_num_neighbors=max(self.config.reorder_k, k), batch_size=batch_size)
+    else:
+      idx, dist = self._searcher.search_batched(q, final_num_neighbors=k,
+                                                pre_reorder_num_neighbors=max(self.config.reorder_k, k))
     return np.asarray(idx, np.int64), np.asarray(dist, np.float32)
 
   def search_one(self, query: np.ndarray, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:

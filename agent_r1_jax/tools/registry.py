@@ -25,6 +25,8 @@ def build_tool(key: str, options: Mapping[str, Any] | None = None) -> BaseTool:
   """Builds one registered tool with keyword options."""
   if key not in _REGISTRY:
     raise ValueError(f"unknown tool {key!r} in config; registered tools: {registered_tools()}")
+  if options is not None and hasattr(options, "to_dict"):  # an ml_collections ConfigDict
+    options = options.to_dict()
   return _REGISTRY[key](**dict(options or {}))
 
 
@@ -36,7 +38,7 @@ def build_tools(keys: Sequence[str], options: Mapping[str, Mapping[str, Any]] | 
   if isinstance(keys, str):
     raise ValueError(f"tool.tools must be a list of names, got the string {keys!r}")
   options = options or {}
-  tools = [build_tool(k, options.get(k)) for k in keys]
+  tools = [build_tool(k, options.get(k) if k in options else None) for k in keys]
   names = [t.name for t in tools]
   if len(set(names)) != len(names):
     raise ValueError(f"tools expose duplicate names {names}; each tool name must be unique")
