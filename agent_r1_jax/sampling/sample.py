@@ -1,0 +1,59 @@
+"""Token selection from logits: greedy, temperature, top-k, top-p (all float32)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from agent_r1_jax.sampling.params import SamplingParams
+
+_MASKED = -jnp.inf
+
+
+def allowed_tokens(scaled: jax.Array, params: SamplingParams) -> jax.Array:
+  """bool `[B, V]`: tokens the truncated distribution may emit, for temperature-scaled logits.
+
+  top-k keeps tokens whose logit >= the k-th largest (ties at the boundary are kept). top-p then keeps,
+  in descending probability order, every token whose preceding cumulative mass is < top_p (the most
+  likely token is always kept), i.e. the smallest prefix reaching mass top_p.
+  """
+  keep = jnp.ones(scaled.shape, bool)
+  if params.top_k and params.top_k < scaled.shape[-1]:
+    kth = jax.lax.top_k(scaled, params.top_k)[0][..., -1:]
+    keep &= scaled >= kth
+  if params.top_p < 1.0:
+    masked = jnp.where(keep, scaled, _MASKED)
+    order = jnp.argsort(-masked, axis=-1)
+    sorted_logits = jnp.take_along_axis(masked, order, axis=-1)
+    probs = jax.nn.softmax(sorted_logits, axis=-1)
+    mass_before = jnp.cumsum(probs, axis=-1) - probs
+    keep_sorted = mass_before < params.top_p
+    keep_sorted = keep_sorted.at[..., 0].set(True)
+    rows = jnp.arange(scaled.shape[0])[:, None]
+    keep &= jnp.zeros(scaled.shape, bool).at[rows, order].set(keep_sorted)
+  return keep
+
+
+def sample_tokens(logits: jax.Array, rng: jax.Array, params: SamplingParams
+                  ) -> tuple[jax.Array, jax.Array]:
+  """Draws one token per row.
+
+  Args:
+    logits: float `[B, V]` next-token logits z.
+    rng: PRNG key.
+    params: static sampling settings.
+
+  Returns:
+    tokens int32 `[B]`; logprobs float32 `[B]` = log_softmax(z / T)[token] with T the
+    `logprob_temperature` (untruncated distribution).
+  """
+  logits = logits.astype(jnp.float32)
+  scaled = logits / params.logprob_temperature
+  if params.is_greedy:
+    tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+  else:
+    keep = allowed_tokens(scaled, params)
+    tokens = jax.random.categorical(rng, jnp.where(keep, scaled, _MASKED), axis=-1)
+    tokens = tokens.astype(jnp.int32)
+  logprobs = jnp.take_along_axis(jax.nn.log_softmax(scaled, axis=-1), tokens[:, None], axis=-1)[:, 0]
+  return tokens, logprobs

@@ -1,0 +1,338 @@
+"""Jitted KV-cache sampler with multi-turn continuation.
+
+Three jitted programs, all taking the model as `(graphdef static, params pytree)`:
+  prefill  `[Bb, Pb]` left-padded prompts -> fresh cache + next-token logits of every row;
+  extend   `[Bb, Tb]` right-padded ragged new tokens appended at each row's cursor (incremental
+           prefill: only the new tokens are encoded; the context is read from the cache);
+  decode   one `lax.while_loop` per segment: sample -> record -> feed the token back, until every row
+           hit a stop token or its budget.
+Cache and logits are donated to extend/decode. Shapes are bucketed (see `buckets`), so a multi-turn
+rollout compiles a small fixed set of programs; all input validation happens on the host first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+
+from agent_r1_jax.models.config import Qwen2Config
+from agent_r1_jax.models.kv_cache import KVCache
+from agent_r1_jax.models.sharding import LOGICAL_RULES, logical_to_spec
+from agent_r1_jax.sampling import buckets
+from agent_r1_jax.sampling.params import SamplingParams, StopReason
+from agent_r1_jax.sampling.sample import sample_tokens
+
+
+@dataclasses.dataclass
+class SamplerState:
+  """Device cache + next-token logits, plus host-side bookkeeping used for validation.
+
+  Attributes:
+    cache: the KV cache (`[L, Bb, S, K, hd]`), Bb = batch bucket.
+    last_logits: float32 `[Bb, V]`, logits of each row's next token.
+    batch_size: B, the caller's rows (rows >= B are padding).
+    prompt_width: Pb, slots the (bucketed, left-padded) prompt occupies.
+  """
+
+  cache: KVCache
+  last_logits: jax.Array
+  batch_size: int
+  prompt_width: int
+  host_lengths: np.ndarray
+  host_cursor: np.ndarray
+
+  @property
+  def lengths(self) -> np.ndarray:
+    """int32 `[B]`: real tokens in the cache per row (prompt + everything appended or sampled)."""
+    return self.host_lengths[:self.batch_size].copy()
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+  """One decode segment (numpy). W = max budget of the call.
+
+  tokens int32 `[B, W]` (pad_id after each row's length), logprobs float32 `[B, W]` (0 after length),
+  lengths int32 `[B]` (a sampled stop token counts), stop_reasons int32 `[B]` (`StopReason`).
+  """
+
+  tokens: np.ndarray
+  logprobs: np.ndarray
+  lengths: np.ndarray
+  stop_reasons: np.ndarray
+
+
+def _config_from_graphdef(graphdef) -> Qwen2Config:
+  for _, attr in getattr(graphdef, "attributes", ()):
+    value = getattr(attr, "value", None)
+    if isinstance(value, Qwen2Config):
+      return value
+  raise ValueError("could not find a Qwen2Config in the graphdef; pass config= to Sampler")
+
+
+def _prefill(graphdef, params, ids, mask, *, max_length, cache_dtype):
+  model = nnx.merge(graphdef, params)
+  cache = KVCache.init(model.config, ids.shape[0], max_length, cache_dtype)
+  hidden, cache = model.model(ids, mask, cache=cache)
+  return cache, model.logits(hidden[:, -1])  # left padding: the last column is real
+
+
+def _extend(graphdef, params, cache, last_logits, ids, mask):
+  model = nnx.merge(graphdef, params)
+  hidden, cache = model.model(ids, mask, cache=cache)
+  n = mask.sum(axis=1)
+  last_hidden = hidden[jnp.arange(ids.shape[0]), jnp.maximum(n - 1, 0)]
+  logits = jnp.where((n > 0)[:, None], model.logits(last_hidden), last_logits)
+  return cache, logits
+
+
+def _decode(graphdef, params, cache, last_logits, budgets, stop_ids, rng, *, sampling,
+            width, pad_id):
+  model = nnx.merge(graphdef, params)
+  b = budgets.shape[0]
+  max_steps = jnp.max(budgets)
+
+  def cond(carry):
+    step, _, _, _, _, _, done, _ = carry
+    return (step < max_steps) & ~jnp.all(done)
+
+  def body(carry):
+    step, cache, logits, tokens, logprobs, count, done, reason = carry
+    token, logprob = sample_tokens(logits, jax.random.fold_in(rng, step), sampling)
+    active = ~done
+    token = jnp.where(active, token, pad_id)
+    tokens = jax.lax.dynamic_update_slice(tokens, token[:, None], (0, step))
+    logprobs = jax.lax.dynamic_update_slice(
+        logprobs, jnp.where(active, logprob, 0.0)[:, None], (0, step))
+    count = count + active.astype(jnp.int32)
+    stopped = active & jnp.any(token[:, None] == stop_ids[None, :], axis=1)
+    exhausted = active & ~stopped & (count >= budgets)
+    reason = jnp.where(stopped, int(StopReason.STOP_TOKEN),
+                       jnp.where(exhausted, int(StopReason.LENGTH), reason))
+    # Feed the token back so it is in the cache and the next logits exist, even for the last token
+    # of a segment: the next turn continues from it.
+    hidden, cache = model.model(token[:, None], active[:, None].astype(jnp.int32), cache=cache)
+    logits = jnp.where(active[:, None], model.logits(hidden[:, 0]), logits)
+    return step + 1, cache, logits, tokens, logprobs, count, done | stopped | exhausted, reason
+
+  init = (jnp.int32(0), cache, last_logits, jnp.full((b, width), pad_id, jnp.int32),
+          jnp.zeros((b, width), jnp.float32), jnp.zeros((b,), jnp.int32), budgets <= 0,
+          jnp.zeros((b,), jnp.int32))
+  _, cache, logits, tokens, logprobs, count, _, reason = jax.lax.while_loop(cond, body, init)
+  return cache, logits, tokens, logprobs, count, reason
+
+
+_prefill_jit = jax.jit(_prefill, static_argnums=0, static_argnames=("max_length", "cache_dtype"))
+_extend_jit = jax.jit(_extend, static_argnums=0, donate_argnums=(2, 3))
+_decode_jit = jax.jit(_decode, static_argnums=0, donate_argnums=(2, 3),
+                      static_argnames=("sampling", "width", "pad_id"))
+
+
+def compiled_programs() -> int:
+  """Sampler programs compiled so far in this process (prefill + extend + decode caches).
+
+  The jitted functions are shared by all `Sampler`s, so samplers over the same model and shapes reuse
+  each other's programs; count one rollout's compilations as a difference.
+  """
+  return sum(f._cache_size() for f in (_prefill_jit, _extend_jit, _decode_jit))  # pylint: disable=protected-access
+
+
+class Sampler:
+  """Batched prefill / decode / continue over a preallocated KV cache.
+
+  Args:
+    graphdef: `nnx.split(model)[0]` of a `Qwen2ForCausalLM`.
+    max_cache_length: S, cache slots per row (prompt bucket + everything appended must fit).
+    stop_token_ids: ids that end a row's segment (e.g. `<|im_end|>`, `</tool_call>`).
+    pad_id: id written after a row's end in returned tokens and used for padding inputs.
+    cache_dtype: dtype of cached keys/values.
+    mesh: run under this mesh: batch over (data, fsdp), KV heads over tensor, cache alike.
+    config: the model config (found in `graphdef` when omitted).
+  """
+
+  def __init__(self, graphdef, *, max_cache_length: int, stop_token_ids: Sequence[int],
+               pad_id: int, cache_dtype=jnp.float32, mesh: Mesh | None = None,
+               config: Qwen2Config | None = None):
+    self.graphdef = graphdef
+    self.config = config or _config_from_graphdef(graphdef)
+    vocab = self.config.vocab_size
+    if not isinstance(max_cache_length, (int, np.integer)) or max_cache_length < 1:
+      raise ValueError(f"max_cache_length must be a positive integer, got {max_cache_length!r}")
+    stop = [int(t) for t in stop_token_ids]
+    if not stop:
+      raise ValueError("stop_token_ids is empty; pass at least one id (e.g. <|im_end|>)")
+    unknown = [t for t in stop if not 0 <= t < vocab]
+    if unknown:
+      raise ValueError(f"unknown stop token id(s) {unknown}: the model vocabulary is [0, {vocab})")
+    if not 0 <= int(pad_id) < vocab:
+      raise ValueError(f"pad_id {pad_id} is outside the model vocabulary [0, {vocab})")
+    self.max_cache_length = int(max_cache_length)
+    self.stop_token_ids = tuple(stop)
+    self.pad_id = int(pad_id)
+    self.cache_dtype = cache_dtype
+    self.mesh = mesh
+    # Padded to a power of two with -1 (never sampled) so the stop list's length is not a shape.
+    self._stop_ids = np.full((buckets.pow2_bucket(len(stop), 4),), -1, np.int32)
+    self._stop_ids[:len(stop)] = stop
+
+  # -- public API ------------------------------------------------------------------------------
+
+  def prefill(self, params, prompt_ids, prompt_mask) -> SamplerState:
+    """Encodes left-padded prompts `[B, P]` (mask 1 = real) into a fresh cache."""
+    ids = np.asarray(prompt_ids)
+    mask = np.asarray(prompt_mask)
+    self._check_prompts(ids, mask)
+    b, p = ids.shape
+    bb = buckets.batch_bucket(b)
+    pb = min(buckets.prompt_bucket(p), self.max_cache_length)
+    pad_ids = np.full((bb, pb), self.pad_id, np.int32)
+    pad_mask = np.zeros((bb, pb), np.int32)
+    pad_ids[:b, pb - p:] = ids
+    pad_mask[:b, pb - p:] = mask
+    cache, logits = self._run(_prefill_jit, self.graphdef, params, self._batch(pad_ids),
+                              self._batch(pad_mask), max_length=self.max_cache_length,
+                              cache_dtype=self.cache_dtype)
+    lengths = pad_mask.sum(1).astype(np.int32)
+    cursor = np.where(lengths > 0, pb, 0).astype(np.int32)
+    return SamplerState(cache, logits, b, pb, lengths, cursor)
+
+  def decode(self, params, state: SamplerState, budgets, sampling: SamplingParams,
+             rng: jax.Array) -> tuple[SamplerState, Segment]:
+    """Samples one segment per row: until a stop token or `budgets[b]` tokens (0 = inactive)."""
+    budgets = self._check_budgets(state, budgets)
+    if not isinstance(sampling, SamplingParams):
+      raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+    width = int(budgets.max())
+    bb = state.cache.batch_size
+    padded = np.zeros((bb,), np.int32)
+    padded[:state.batch_size] = budgets
+    cache, logits, tokens, logprobs, count, reason = self._run(
+        _decode_jit, self.graphdef, params, state.cache, state.last_logits, self._batch(padded),
+        jnp.asarray(self._stop_ids), rng, sampling=sampling,
+        width=buckets.segment_bucket(width), pad_id=self.pad_id)
+    count = np.asarray(count)
+    b = state.batch_size
+    seg = Segment(tokens=np.asarray(tokens)[:b, :width], logprobs=np.asarray(logprobs)[:b, :width],
+                  lengths=count[:b].copy(), stop_reasons=np.asarray(reason)[:b].copy())
+    new = SamplerState(cache, logits, b, state.prompt_width, state.host_lengths + count,
+                       state.host_cursor + count)
+    return new, seg
+
+  def extend(self, params, state: SamplerState, tokens: Sequence[Sequence[int]]) -> SamplerState:
+    """Appends per-row tokens (ragged; empty = nothing for that row) with an incremental prefill."""
+    rows = self._check_extension(state, tokens)
+    longest = max(len(r) for r in rows)
+    if longest == 0:
+      return state
+    bb = state.cache.batch_size
+    tb = buckets.extend_bucket(longest)
+    ids = np.full((bb, tb), self.pad_id, np.int32)
+    mask = np.zeros((bb, tb), np.int32)
+    for i, row in enumerate(rows):
+      ids[i, :len(row)] = row
+      mask[i, :len(row)] = 1
+    cache, logits = self._run(_extend_jit, self.graphdef, params, state.cache, state.last_logits,
+                              self._batch(ids), self._batch(mask))
+    n = mask.sum(1).astype(np.int32)
+    return SamplerState(cache, logits, state.batch_size, state.prompt_width,
+                        state.host_lengths + n, state.host_cursor + n)
+
+  def continue_(self, params, state: SamplerState, tokens: Sequence[Sequence[int]], budgets,
+                sampling: SamplingParams, rng: jax.Array) -> tuple[SamplerState, Segment]:
+    """`extend` with the observation tokens, then `decode` the next segment."""
+    self._check_budgets(state, budgets, extra=[len(t) for t in self._check_extension(state, tokens)])
+    return self.decode(params, self.extend(params, state, tokens), budgets, sampling, rng)
+
+  # -- helpers ---------------------------------------------------------------------------------
+
+  def _run(self, fn, *args, **kwargs):
+    if self.mesh is None:
+      return fn(*args, **kwargs)
+    with jax.set_mesh(self.mesh):
+      return fn(*args, **kwargs)
+
+  def _batch(self, x: np.ndarray) -> jax.Array:
+    """Host array with a leading batch axis -> device, sharded over (data, fsdp) under a mesh."""
+    if self.mesh is None:
+      return jnp.asarray(x)
+    names = ("batch",) + (None,) * (x.ndim - 1)
+    spec = logical_to_spec(x.shape, names, self.mesh, LOGICAL_RULES)
+    return jax.device_put(x, NamedSharding(self.mesh, spec))
+
+  def _check_prompts(self, ids: np.ndarray, mask: np.ndarray) -> None:
+    if ids.ndim != 2 or mask.shape != ids.shape:
+      raise ValueError(f"prompt_ids and prompt_mask must both be [B, P]; got {ids.shape} and "
+                       f"{mask.shape}")
+    if ids.shape[0] == 0 or ids.shape[1] == 0:
+      raise ValueError(f"empty prompt batch of shape {ids.shape}; every row needs >= 1 token")
+    if not np.issubdtype(ids.dtype, np.integer):
+      raise ValueError(f"prompt_ids must be integers, got {ids.dtype}")
+    if not np.isin(mask, (0, 1)).all():
+      raise ValueError("prompt_mask must hold only 0 and 1")
+    empty = np.flatnonzero(mask.sum(1) == 0)
+    if empty.size:
+      raise ValueError(f"empty prompt in row(s) {empty.tolist()}; every row needs >= 1 real token")
+    not_left = np.flatnonzero((np.diff(mask, axis=1) < 0).any(1))
+    if not_left.size:
+      raise ValueError(f"prompt row(s) {not_left.tolist()} are not left-padded (mask must be "
+                       "0...0 1...1); pad prompts on the left")
+    real = ids[mask.astype(bool)]
+    if real.size and (real.min() < 0 or real.max() >= self.config.vocab_size):
+      raise ValueError(f"prompt token ids must be in [0, {self.config.vocab_size}), got "
+                       f"[{real.min()}, {real.max()}]")
+    if ids.shape[1] > self.max_cache_length:
+      raise ValueError(f"prompt of {ids.shape[1]} tokens is longer than the cache "
+                       f"(max_cache_length={self.max_cache_length}); raise max_cache_length or "
+                       "truncate the prompt")
+
+  def _check_budgets(self, state: SamplerState, budgets, extra: Sequence[int] | None = None
+                     ) -> np.ndarray:
+    budgets = np.asarray(budgets)
+    if budgets.shape != (state.batch_size,) or not np.issubdtype(budgets.dtype, np.integer):
+      raise ValueError(f"budgets must be integers of shape ({state.batch_size},), got "
+                       f"{budgets.dtype} {budgets.shape}")
+    if (budgets < 0).any():
+      raise ValueError(f"budgets must be >= 0 (0 = row inactive), got {budgets.tolist()}")
+    if not (budgets > 0).any():
+      raise ValueError("every budget is 0, so no row would sample; give active rows a positive "
+                       "budget")
+    used = state.host_cursor[:state.batch_size] + (0 if extra is None else np.asarray(extra))
+    over = np.flatnonzero(used + budgets > self.max_cache_length)
+    if over.size:
+      r = int(over[0])
+      raise ValueError(f"row {r} would overflow the KV cache: {used[r]} slots used + budget "
+                       f"{budgets[r]} > max_cache_length={self.max_cache_length}; lower the budget "
+                       "or raise max_cache_length")
+    return budgets.astype(np.int32)
+
+  def _check_extension(self, state: SamplerState, tokens) -> list[list[int]]:
+    if len(tokens) != state.batch_size:
+      raise ValueError(f"tokens must hold one sequence per row ({state.batch_size}), got "
+                       f"{len(tokens)}")
+    rows = [[int(t) for t in row] for row in tokens]
+    vocab = self.config.vocab_size
+    for i, row in enumerate(rows):
+      if row and (min(row) < 0 or max(row) >= vocab):
+        raise ValueError(f"row {i}: token ids must be in [0, {vocab}), got {row}")
+      if state.host_cursor[i] + len(row) > self.max_cache_length:
+        raise ValueError(f"row {i} would overflow the KV cache: {state.host_cursor[i]} slots used "
+                         f"+ {len(row)} new tokens > max_cache_length={self.max_cache_length}")
+    return rows
+
+
+def max_logprob_drift(sampler_logprobs: np.ndarray, learner_logprobs: np.ndarray,
+                      mask: np.ndarray) -> float:
+  """max |sampler - learner| log-prob over masked positions (a metric for the trainer to log)."""
+  mask = np.asarray(mask).astype(bool)
+  if not mask.any():
+    return 0.0
+  diff = np.abs(np.asarray(sampler_logprobs, np.float64) - np.asarray(learner_logprobs, np.float64))
+  return float(diff[mask].max())
+
+
+__all__ = ["Sampler", "SamplerState", "Segment", "compiled_programs", "max_logprob_drift"]
