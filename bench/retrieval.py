@@ -72,7 +72,7 @@ def bench_bm25(args, rng):
   reference = rate(lambda: index.retriever.retrieve(tokens, k=args.top_k, show_progress=False), n_single)
   print(f"bm25s retrieve (per-query loop, baseline): {reference:9.1f} q/s")
   print(f"BM25Index single query                   : {single:9.1f} q/s  ({single / reference:.2f}x baseline)")
-  print(f"BM25Index batched ({len(queries)} per call)     : {batched:9.1f} q/s  ({batched / single:.2f}x single)")
+  print(f"{f'BM25Index batched ({len(queries)} per call)':<41}: {batched:9.1f} q/s  ({batched / single:.2f}x single)")
 
 
 def bench_scann(args, rng):
@@ -107,7 +107,7 @@ def bench_scann(args, rng):
   print(f"ScaNN single query                       : {single:9.1f} q/s  ({single / exact_single:.1f}x exact single)")
   print(f"ScaNN batched                            : {batched:9.1f} q/s  ({batched / single:.2f}x single, "
         f"{batched / exact_batched:.1f}x exact batched)")
-  print(f"ScaNN batched, parallel ({os.cpu_count()} cpus)    : {parallel:9.1f} q/s  ({parallel / single:.2f}x single)")
+  print(f"{f'ScaNN batched, parallel ({os.cpu_count()} cpus)':<41}: {parallel:9.1f} q/s  ({parallel / single:.2f}x single)")
   print(f"ScaNN recall@{args.top_k} vs exact: {recall:.3f}")
 
 

@@ -183,6 +183,17 @@ def test_bad_calls_become_distinct_error_observations(search_tool):
   assert "RuntimeError: exploded" in texts["tool_exception"]
 
 
+def test_pathological_json_is_an_invalid_json_observation():
+  env = NousToolEnv([EchoTool()])
+  for body in ['{"name": "echo", "arguments": {"text": "a", "times": ' + "9" * 5000 + "}}",  # int too long to parse
+               "[" * 100_000, '{"name": "echo", "arguments": {"text": "\\ud800"}}']:
+    obs, ok, active = env.step(f"<tool_call>{body}</tool_call>")
+    assert active and ok in ([False], [True])
+    obs.encode("utf-8")  # always encodable, so always tokenizable
+    if ok == [False]:
+      assert errors.PREFIXES["invalid_json"] in obs or errors.PREFIXES["invalid_arguments"] in obs
+
+
 def test_truncation_and_parallel_calls():
   env = NousToolEnv([EchoTool()], max_tool_response_length=10)
   obs, ok, active = env.step(_call("echo", {"text": "abcdefghijklmnop"}) + _call("echo", {"text": "z"}))
@@ -243,7 +254,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402  pylint: 
 
 _FRAGMENTS = ["<tool_call>", "</tool_call>", "<|im_end|>", "<think>", "</think>", "\n", " ", "{", "}", '"', ":",
               ",", "[", "]", "null", "true", '"name"', '"arguments"', '"search"', '"echo"', '"query"', '"text"',
-              "\\", "\\u00e9", "1e999", "-0", "é", "🙂"]
+              "\\", "\\u00e9", "\\ud800", "1e999", "-0", "é", "🙂"]
 _VALID = [_call("search", {"query": "capital of France"}), _call("echo", {"text": "hi"}),
           _call("echo", {"text": "boom"}), _call("search", {"query": ""}), _call("echo", {"text": "x", "times": -2})]
 
@@ -289,6 +300,7 @@ def _fuzz_env():
 
 def _check_result(result):
   observation, successes, active = result
+  observation.encode("utf-8")
   assert isinstance(observation, str) and isinstance(active, bool)
   assert all(isinstance(s, bool) for s in successes)
   assert active == bool(successes) == bool(observation)

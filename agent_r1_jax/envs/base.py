@@ -108,7 +108,9 @@ class BaseToolEnv(abc.ABC):
     return tool
 
   def _finish(self, raw_response: str, results: Sequence[ToolResult]) -> StepResult:
-    observation = self.format_tool_response([self.truncate(r.content) for r in results], raw_response)
+    # Lone surrogates (e.g. a model-written "\ud800" echoed back) cannot be tokenized; make them "?".
+    contents = [self.truncate(r.content).encode("utf-8", "replace").decode("utf-8") for r in results]
+    observation = self.format_tool_response(contents, raw_response)
     return observation, [bool(r.success) for r in results], True
 
   def step(self, raw_response: str) -> StepResult:

@@ -44,8 +44,12 @@ def parse_call(body: str) -> ParsedCall:
   """Parses the text between <tool_call> and </tool_call> into a call or an error observation."""
   try:
     obj = json.loads(body.strip())
-  except (json.JSONDecodeError, RecursionError) as e:
-    return ParsedCall(error=errors.invalid_json(e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"))
+  except json.JSONDecodeError as e:
+    return ParsedCall(error=errors.invalid_json(e.msg))
+  except RecursionError:
+    return ParsedCall(error=errors.invalid_json("nested too deeply"))
+  except ValueError as e:  # e.g. an integer literal longer than Python's int_max_str_digits
+    return ParsedCall(error=errors.invalid_json(str(e)))
   if not isinstance(obj, dict):
     return ParsedCall(error=errors.not_object(obj))
   name = obj.get("name")

@@ -13,7 +13,8 @@ What the sandbox does:
 
 What it does NOT protect against (it is not a security boundary): the snippet runs as the same OS user,
 can read every file that user can read and write outside its temp dir, can open network connections,
-can spawn processes (each gets the same rlimits, but the number of processes is not limited), and can
+can spawn processes (each gets the same rlimits, but the number of processes is not limited, and a child
+that calls setsid() leaves the process group and survives the kill), and can
 use every CPU core within its CPU-time budget. For untrusted code at scale run the trainer's tools inside
 a container / gVisor / nsjail with no network and a read-only filesystem.
 """
