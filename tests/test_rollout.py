@@ -205,8 +205,6 @@ def check_invariants(batch: TrajectoryBatch, sampler: ScriptedSampler) -> None:
     assert batch.last_action_index[b] == actions[-1]
     prompt = batch.prompt_ids[b, batch.prompt_mask[b] == 1].tolist()
     assert sampler.contexts[b] == prompt + batch.response_ids[b, :actions[-1] + 1].tolist()
-    assert batch.response_mask[b].sum() + batch.prompt_mask[b].sum() <= (
-        batch.prompt_length + R if sampler.max_cache_length is None else sampler.max_cache_length)
     assert batch.stop_reason[b] != EpisodeStop.NONE
     taken = batch.turn_last_action_index[b][batch.turn_last_action_index[b] >= 0]
     assert len(taken) == batch.num_turns[b] and np.all(batch.action_mask[b, taken] == 1)
@@ -581,9 +579,16 @@ def test_sampler_without_tool_call_stop_or_small_cache_fails_up_front():
   with pytest.raises(ValueError, match="lack </tool_call>"):
     run_episodes(sampler, None, ScriptedEnv(), TOK, [prompt_text(0)], config, None, jax.random.key(0))
   sampler = ScriptedSampler([[enc(ANSWER)]], STOPS, PAD, 150)
-  with pytest.raises(ValueError, match="max_cache_length >= 164"):
+  with pytest.raises(ValueError, match="max_cache_length >= config.cache_length = 164"):
     run_episodes(sampler, None, ScriptedEnv(), TOK, [prompt_text(0)], config, None, jax.random.key(0))
   assert sampler.calls == []
+
+
+def test_cache_length_counts_the_samplers_prompt_bucket():
+  # The sampler gives a prompt of width P a power-of-two bucket >= 16 of cache slots, then R response slots.
+  for p, slots in ((8, 16), (16, 16), (40, 64), (64, 64), (65, 128)):
+    config = RolloutConfig(max_prompt_length=p, max_response_length=100, max_turns=1, max_new_tokens_per_turn=4)
+    assert config.cache_length == slots + 100
 
 
 def test_config_rejects_nonsense():

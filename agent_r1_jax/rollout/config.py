@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from agent_r1_jax.sampling.buckets import prompt_bucket
+
 
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
@@ -63,5 +65,6 @@ class RolloutConfig:
 
   @property
   def cache_length(self) -> int:
-    """KV-cache slots the sampler needs: response token j lives at slot P + j."""
-    return self.max_prompt_length + self.max_response_length
+    """KV-cache slots the sampler needs: the prompt fills its bucket (a power of two >= 16, see
+    `sampling.buckets`), then one slot per response token. With P a power of two >= 16 this is P + R."""
+    return prompt_bucket(self.max_prompt_length) + self.max_response_length

@@ -47,12 +47,13 @@ def special_token_ids(tokenizer: Any, tokens: Sequence[str] = REQUIRED_SPECIAL_T
 
 
 def check_sampler(sampler: Any, config: RolloutConfig, ids: dict[str, int]) -> None:
-  """The sampler's cache holds P + R slots and it stops on the turn end and `</tool_call>`."""
+  """The sampler's cache holds the prompt bucket + R slots and it stops on the turn end and `</tool_call>`."""
   cache = getattr(sampler, "max_cache_length", None)
   if cache is not None and cache < config.cache_length:
     raise ValueError(
-        f"the sampler's max_cache_length ({cache}) is smaller than max_prompt_length + max_response_length "
-        f"({config.cache_length}); build the Sampler with max_cache_length >= {config.cache_length}")
+        f"the sampler's max_cache_length ({cache}) cannot hold a prompt bucket plus max_response_length "
+        f"({config.cache_length}); build the Sampler with max_cache_length >= config.cache_length = "
+        f"{config.cache_length}")
   stops = getattr(sampler, "stop_token_ids", None)
   if stops is None:
     return
@@ -74,9 +75,9 @@ def check_prompts(prompts: Sequence[Sequence[int]], config: RolloutConfig) -> No
   if bad:
     shown = ", ".join(f"#{i} ({n} tokens)" for i, n in bad[:5]) + (" ..." if len(bad) > 5 else "")
     raise ValueError(
-        f"{len(bad)} prompt(s) are empty or longer than {limit} tokens (max_prompt_length="
-        f"{config.max_prompt_length}, max_context_length={config.max_context_length} minus one token for the "
-        f"answer): {shown}. Filter or truncate them, or raise the limits.")
+        f"{len(bad)} prompt(s) are empty or longer than {limit} tokens (the smaller of max_prompt_length="
+        f"{config.max_prompt_length} and the context limit {config.context_limit} minus one token to sample): "
+        f"{shown}. Filter or truncate them, or raise max_prompt_length / max_context_length.")
 
 
 def check_step_results(results: Any, expected: int) -> None:
