@@ -22,8 +22,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from agent_r1_jax.retrieval import BM25Index, Passage  # noqa: E402  pylint: disable=g-import-not-at-top
-from agent_r1_jax.retrieval.scann_index import ScannConfig, ScannIndex  # noqa: E402  pylint: disable=g-import-not-at-top
+from agent_r1_jax.retrieval import BM25Index, Passage  # noqa: E402
+from agent_r1_jax.retrieval.scann_index import ScannConfig, ScannIndex  # noqa: E402
 
 
 def synthetic_corpus(n: int, rng: np.random.Generator, vocab_size: int = 50_000) -> list[Passage]:
@@ -107,7 +107,8 @@ def bench_scann(args, rng):
   print(f"ScaNN single query                       : {single:9.1f} q/s  ({single / exact_single:.1f}x exact single)")
   print(f"ScaNN batched                            : {batched:9.1f} q/s  ({batched / single:.2f}x single, "
         f"{batched / exact_batched:.1f}x exact batched)")
-  print(f"{f'ScaNN batched, parallel ({os.cpu_count()} cpus)':<41}: {parallel:9.1f} q/s  ({parallel / single:.2f}x single)")
+  label = f"ScaNN batched, parallel ({os.cpu_count()} cpus)"
+  print(f"{label:<41}: {parallel:9.1f} q/s  ({parallel / single:.2f}x single)")
   print(f"ScaNN recall@{args.top_k} vs exact: {recall:.3f}")
 
 

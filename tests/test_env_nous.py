@@ -128,7 +128,8 @@ def test_two_turns_and_forced_prefix(qwen_tokenizer_dir, search_tool):
   conversation = list(messages)
   for q in ("capital of Spain", "Madrid river"):
     conversation.append({"role": "assistant", "content": "",
-                         "tool_calls": [{"type": "function", "function": {"name": "search", "arguments": {"query": q}}}]})
+                         "tool_calls": [{"type": "function",
+                                         "function": {"name": "search", "arguments": {"query": q}}}]})
     conversation.append({"role": "tool", "content": search_tool.call({"query": q}).content})
   ref_text, ref_ids = _template_ids(tok, conversation, env.tool_schemas)
   assert prompt + seg1 + obs1 + seg2 + obs2 == ref_text

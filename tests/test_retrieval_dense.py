@@ -24,7 +24,8 @@ WORDS = ("the a of in is was city capital france paris germany berlin river band
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
   """A randomly initialised 2-layer BERT with a WordPiece tokenizer, saved like a downloaded model."""
-  from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
   path = tmp_path_factory.mktemp("tiny_bert")
   specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
   vocab = {w: i for i, w in enumerate(specials + sorted(set(WORDS)) + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"]

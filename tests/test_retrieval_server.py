@@ -28,7 +28,8 @@ def corpus_path(tmp_path_factory):
   rows = []
   for i in range(120):
     words = [TOPICS[(i * j + j) % len(TOPICS)] for j in range(1, 4 + i % 5)]
-    rows.append({"id": f"doc{i}", "contents": f'"Article {i} {words[0].title()}"\nThis passage {i} is about ' + " and ".join(words) + "."})
+    text = f"This passage {i} is about " + " and ".join(words) + "."
+    rows.append({"id": f"doc{i}", "contents": f'"Article {i} {words[0].title()}"\n{text}'})
   path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
   return path
 
@@ -43,7 +44,8 @@ def _free_port() -> int:
 def _server(corpus, port):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   proc = subprocess.Popen([sys.executable, "-m", "agent_r1_jax.retrieval.server", "--corpus", str(corpus),
-                           "--port", str(port), "--topk", "3"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                           "--port", str(port), "--topk", "3"], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT)
   try:
     deadline = time.monotonic() + 90
     while True:
@@ -98,7 +100,8 @@ def test_server_end_to_end(corpus_path):
     expected = _hits(local.search(QUERIES, 4))
     assert _hits(agent_tool.retriever.search(QUERIES, 4)) == expected
     assert _hits(search_r1_tool.retriever.search(QUERIES, 4)) == expected
-    assert agent_tool.call_batch([{"query": q} for q in QUERIES]) == local_tool.call_batch([{"query": q} for q in QUERIES])
+    calls = [{"query": q} for q in QUERIES]
+    assert agent_tool.call_batch(calls) == local_tool.call_batch(calls)
     online_obs = env.step(call)
     assert online_obs[1] == [True] and "Doc 1 (Title:" in online_obs[0]
 

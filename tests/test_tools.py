@@ -57,7 +57,8 @@ def test_call_validates_and_never_raises():
   assert tool.call({"a": 2, "b": 3}) == ToolResult("5", True)
   for args, prefix in [({"a": 2}, "invalid_arguments"), ({"a": 2, "b": -1}, "invalid_arguments"),
                        ({"a": "2", "b": 1}, "invalid_arguments"), ([1, 2], "arguments_not_object"),
-                       ({"a": 1, "b": 1, "pad": "x" * 50}, "arguments_too_large"), ({"a": 13, "b": 0}, "tool_exception")]:
+                       ({"a": 1, "b": 1, "pad": "x" * 50}, "arguments_too_large"),
+                       ({"a": 13, "b": 0}, "tool_exception")]:
     result = tool.call(args)
     assert not result.success and errors.PREFIXES[prefix] in result.content, (args, result)
   assert "b: -1 is less than the minimum of 0" in tool.call({"a": 2, "b": -1}).content

@@ -92,4 +92,5 @@ class NousToolEnv(BaseToolEnv):
   @staticmethod
   def render_call(name: str, arguments: dict[str, Any]) -> str:
     """A call as the Qwen2.5 template renders it (what a well-behaved model writes)."""
-    return f"{TOOL_CALL_START}\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n{TOOL_CALL_END}"
+    body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    return f"{TOOL_CALL_START}\n{body}\n{TOOL_CALL_END}"

@@ -8,7 +8,8 @@ stop words are removed, and bm25s precomputes the per-(document, term) BM25 cont
 
 into a sparse matrix S [num_docs, vocab] (CSC). The score of query q is score(d, q) = sum_{t in q} s(d, t)
 (a repeated query term counts again, as in bm25s). `search` scores only the documents in the posting
-lists of the query terms, a chunk of queries at a time (see `search`). Passages with score 0 (no shared term) are never returned.
+lists of the query terms, a chunk of queries at a time (see `search`). Passages with score 0 (no shared
+term) are never returned.
 """
 
 from __future__ import annotations

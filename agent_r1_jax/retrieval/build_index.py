@@ -50,7 +50,8 @@ def build_dense(corpus_path: str, out_dir: str, encoder_path: str, encoder_kind:
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
   emb = embed_corpus(passages, encoder, out / "embeddings.npy", show_progress=show_progress)
-  extra = {"corpus_path": str(pathlib.Path(corpus_path).resolve()), "encoder_path": str(pathlib.Path(encoder_path).resolve()),
+  extra = {"corpus_path": str(pathlib.Path(corpus_path).resolve()),
+           "encoder_path": str(pathlib.Path(encoder_path).resolve()),
            "encoder_kind": encoder_kind, "max_length": max_length}
   index = ScannIndex.build(np.asarray(emb), scann_config, corpus_hash=corpus_hash(passages), extra=extra)
   index.save(out)

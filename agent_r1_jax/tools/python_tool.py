@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import resource
 import signal
 import subprocess
 import sys
