@@ -113,3 +113,23 @@ def test_build_index_command_and_dense_search(tiny_bert, tmp_path):
   (tmp_path / "other.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:-1]))
   with pytest.raises(ValueError, match="different corpus"):
     DenseRetriever.load(out, corpus_path=tmp_path / "other.jsonl")
+
+
+def test_server_loads_dense_and_bm25_index_dirs(tiny_bert, tmp_path):
+  from agent_r1_jax.retrieval.bm25 import BM25Index  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.retrieval.server import load_retriever  # pylint: disable=import-outside-toplevel
+  corpus = tmp_path / "corpus.jsonl"
+  corpus.write_text("\n".join(json.dumps({"title": w.title(), "text": f"{w} {WORDS[(i + 5) % len(WORDS)]}"})
+                              for i, w in enumerate(WORDS)))
+  dense_dir, bm25_dir = tmp_path / "dense", tmp_path / "bm25"
+  assert build_index.main(["--corpus", str(corpus), "--out", str(dense_dir), "--encoder", str(tiny_bert),
+                           "--max_length", "32"]) == 0
+  assert build_index.main(["--corpus", str(corpus), "--out", str(bm25_dir), "--kind", "bm25", "--k1", "1.2"]) == 0
+  queries = ["capital city", "rock music"]
+  dense, kind, n = load_retriever(str(corpus), str(dense_dir))
+  assert kind == "dense" and n == len(WORDS) and isinstance(dense, DenseRetriever)
+  assert dense.encoder.kind == "bge" and dense.encoder.max_length == 32  # recorded in the manifest
+  assert dense.search(queries, 3) == DenseRetriever.load(dense_dir).search(queries, 3)
+  bm25, kind, n = load_retriever(str(corpus), str(bm25_dir))
+  assert kind == "bm25" and n == len(WORDS) and bm25.settings["k1"] == 1.2
+  assert bm25.search(queries, 3) == BM25Index(load_corpus(corpus), k1=1.2).search(queries, 3)
