@@ -50,11 +50,12 @@ class BaseToolEnv(abc.ABC):
   def __init__(self, tools: Sequence[BaseTool], *, max_tool_response_length: int = 2048,
                parallel_tool_calls: bool = False, truncation_marker: str = "..."):
     tools = list(tools)
+    bad = [type(t).__name__ for t in tools if not isinstance(t, BaseTool)]
+    if bad:
+      raise ValueError(f"every tool must be a BaseTool instance, got {bad}")
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
       raise ValueError(f"tool names must be unique, got {names}")
-    if not all(isinstance(t, BaseTool) for t in tools):
-      raise ValueError("every tool must be a BaseTool instance")
     if max_tool_response_length < 1:
       raise ValueError(f"max_tool_response_length must be positive, got {max_tool_response_length}")
     self.tools = tools
