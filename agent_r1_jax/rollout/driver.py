@@ -28,10 +28,9 @@ import numpy as np
 from agent_r1_jax.rollout import validation
 from agent_r1_jax.rollout.batch import EpisodeStop, TrajectoryBatch
 from agent_r1_jax.rollout.config import RolloutConfig
+from agent_r1_jax.rollout.episode_state import EpisodeState
 from agent_r1_jax.rollout.multihost import any_across_processes
-
-# sampling.StopReason.STOP_TOKEN (the contract's value): the segment ended on one of the sampler's stop ids.
-_SAMPLER_STOP_TOKEN = 1
+from agent_r1_jax.sampling.params import StopReason
 
 ProcessRewardFn = Callable[[int, np.ndarray, list[str], list[tuple[str, list[bool], bool]]], Sequence[float]]
 
@@ -84,6 +83,53 @@ def _check_cache_lengths(state: Any, expected: np.ndarray) -> None:
   lengths = getattr(state, "lengths", None)
   if lengths is not None and not np.array_equal(np.asarray(lengths), expected):
     raise RuntimeError(f"sampler cache lengths {np.asarray(lengths)} disagree with the driver's {expected}")
+
+
+def _apply_step_results(ep: EpisodeState, rows: np.ndarray, results: Sequence[tuple[str, list[bool], bool]],
+                        stopped: np.ndarray, config: RolloutConfig) -> list[tuple[int, str]]:
+  """Counts tool calls, ends the rows the env step ends, returns (row, observation) of rows that go on.
+
+  No tool call: a turn that ended on a stop token is an answer; one cut by a budget ran out of the response
+  slots, the context, or (otherwise) the per-turn budget. A tool call on the last allowed turn ends the row
+  (MAX_TURNS) without its observation.
+  """
+  calls = np.asarray([r[2] for r in results], bool)
+  ep.num_tool_calls[rows] += np.asarray([len(r[1]) for r in results], np.int32)
+  ep.num_tool_errors[rows] += np.asarray([sum(not s for s in r[1]) for r in results], np.int32)
+
+  answered = rows[~calls]
+  room_response, room_context = ep.room(config.context_limit)
+  closed = stopped[answered]
+  no_response = room_response[answered] <= 0
+  no_context = room_context[answered] <= 0
+  ep.finish(answered[closed], EpisodeStop.ANSWER)
+  ep.finish(answered[~closed & no_response], EpisodeStop.RESPONSE_BUDGET)
+  ep.finish(answered[~closed & ~no_response & no_context], EpisodeStop.CONTEXT_LIMIT)
+  ep.finish(answered[~closed & ~no_response & ~no_context], EpisodeStop.TRUNCATED_TURN)
+
+  calling = rows[calls]
+  last_turn = ep.num_turns[calling] >= config.max_turns
+  ep.finish(calling[last_turn], EpisodeStop.MAX_TURNS)
+  observations = [r[0] for r in results if r[2]]
+  return [(int(b), obs) for b, obs, last in zip(calling, observations, last_turn) if not last]
+
+
+def _append_observation(ep: EpisodeState, b: int, ids: list[int], config: RolloutConfig) -> list[int]:
+  """Appends row b's (capped) observation; returns the ids to send to the sampler ([] if the row ends).
+
+  It must leave at least one slot for the next action; otherwise it is cut to the room left and the row
+  ends on whichever limit (response slots or context) is tighter.
+  """
+  ids = cap_observation(ids, config.max_observation_tokens, config.observation_tail_tokens)
+  room_response, room_context = (int(x[b]) for x in ep.room(config.context_limit))
+  room = min(room_response, room_context)
+  if len(ids) < room:
+    ep.append_observation(b, ids)
+    return ids
+  ep.append_observation(b, ids[:room])
+  ep.finish(np.asarray([b]), EpisodeStop.RESPONSE_BUDGET if room_response <= room_context
+            else EpisodeStop.CONTEXT_LIMIT)
+  return []
 
 
 def run_episodes(
@@ -149,51 +195,25 @@ def run_episodes(
 
   n = samples_per_prompt
   batch = n_prompts * n
-  P, R, T = config.max_prompt_length, config.max_response_length, config.max_turns  # pylint: disable=invalid-name
   pad_id = int(tokenizer.pad_token_id)
-  prompt_ids, prompt_mask = _left_pad([p for p in prompt_lists for _ in range(n)], P, pad_id)
-  prompt_len = prompt_mask.sum(axis=1).astype(np.int64)
+  prompt_ids, prompt_mask = _left_pad([p for p in prompt_lists for _ in range(n)], config.max_prompt_length,
+                                      pad_id)
+  ep = EpisodeState.create(prompt_mask, config.max_response_length, config.max_turns, pad_id)
   end_of_text = np.asarray(config.end_of_text_ids, np.int64)
-
-  response_ids = np.full((batch, R), pad_id, np.int32)
-  action_mask = np.zeros((batch, R), np.int32)
-  response_mask = np.zeros((batch, R), np.int32)
-  logprobs = np.zeros((batch, R), np.float32)
-  resp_len = np.zeros(batch, np.int64)
-  turn_last = np.full((batch, T), -1, np.int32)
-  process_rewards = np.zeros((batch, T), np.float32)
-  num_turns = np.zeros(batch, np.int32)
-  num_calls = np.zeros(batch, np.int32)
-  num_errors = np.zeros(batch, np.int32)
-  stop = np.full(batch, int(EpisodeStop.NONE), np.int32)
-  active = np.ones(batch, bool)
-  rows_all = np.arange(batch)
-
-  def finish(rows: np.ndarray, reason: EpisodeStop) -> None:
-    stop[rows] = int(reason)
-    active[rows] = False
-
-  def append_observation(b: int, ids: list[int]) -> None:
-    start_b = resp_len[b]
-    response_ids[b, start_b:start_b + len(ids)] = ids
-    response_mask[b, start_b:start_b + len(ids)] = 1
-    resp_len[b] += len(ids)
 
   with timer("generation"):
     state = sampler.prefill(params, prompt_ids, prompt_mask)
-  cache_len = prompt_len.copy()  # real tokens the sampler holds per row; checked against state.lengths
+  cache_len = ep.prompt_length.copy()  # real tokens the sampler holds per row; checked against state.lengths
   _check_cache_lengths(state, cache_len)
   pending: list[list[int]] = [[] for _ in range(batch)]
 
   for turn in range(T):
-    if not any_across_processes(active):
+    if not any_across_processes(ep.active):
       break
-    room_response = R - resp_len
-    room_context = config.context_limit - prompt_len - resp_len
-    budgets = np.where(active, np.minimum(config.max_new_tokens_per_turn,
-                                          np.minimum(room_response, room_context)), 0).astype(np.int32)
-    ran = budgets > 0
-    if np.any(active & ~ran):
+    room_response, room_context = ep.room(config.context_limit)
+    budgets = np.where(ep.active, np.minimum(config.max_new_tokens_per_turn,
+                                             np.minimum(room_response, room_context)), 0).astype(np.int32)
+    if np.any(ep.active & (budgets < 1)):
       raise RuntimeError("internal error: an active row has no room left to sample")
     key = jax.random.fold_in(rng, turn)
     with timer("generation"):
@@ -201,36 +221,24 @@ def run_episodes(
         state, seg = sampler.decode(params, state, budgets, sampling, key)
       else:
         state, seg = sampler.continue_(params, state, pending, budgets, sampling, key)
-    cache_len += np.asarray([len(p) for p in pending]) + np.asarray(seg.lengths)
+    lengths = np.asarray(seg.lengths).astype(np.int64)
+    if np.any(lengths[budgets > 0] < 1) or np.any(lengths > budgets):
+      raise RuntimeError(f"sampler returned segment lengths {lengths} outside (0, budgets={budgets}]")
+    cache_len += np.asarray([len(p) for p in pending]) + lengths
     _check_cache_lengths(state, cache_len)
 
-    # ---- append the sampled segments (vectorised scatter) ---------------------------------------------------
-    lengths = np.asarray(seg.lengths).astype(np.int64)
     tokens = np.asarray(seg.tokens)
-    if np.any(lengths[ran] < 1) or np.any(lengths > budgets):
-      raise RuntimeError(f"sampler returned segment lengths {lengths} outside (0, budgets={budgets}]")
-    width = tokens.shape[1]
-    col = np.arange(width)[None, :]
-    valid = col < lengths[:, None]
-    rr = np.broadcast_to(rows_all[:, None], valid.shape)[valid]
-    cc = (resp_len[:, None] + col)[valid]
-    response_ids[rr, cc] = tokens[valid]
-    action_mask[rr, cc] = 1
-    response_mask[rr, cc] = 1
-    logprobs[rr, cc] = np.asarray(seg.logprobs, np.float32)[valid]
-    last_tok = tokens[rows_all, np.maximum(lengths - 1, 0)]
-    resp_len += lengths
-    num_turns[ran] += 1
-    turn_last[ran, turn] = (resp_len[ran] - 1).astype(np.int32)
-    stopped = np.asarray(seg.stop_reasons) == _SAMPLER_STOP_TOKEN
-
-    # ---- end-of-text ends the episode; every other sampled segment goes to the env -----------------------
-    eot = ran & stopped & np.isin(last_tok, end_of_text)
-    finish(np.nonzero(eot)[0], EpisodeStop.EOS)
+    ep.append_segment(turn, tokens, np.asarray(seg.logprobs, np.float32), lengths)
+    ran = lengths > 0
+    stopped = np.asarray(seg.stop_reasons) == StopReason.STOP_TOKEN
+    last_token = tokens[np.arange(batch), np.maximum(lengths - 1, 0)]
+    eot = ran & stopped & np.isin(last_token, end_of_text)
+    ep.finish(np.nonzero(eot)[0], EpisodeStop.EOS)
     env_rows = np.nonzero(ran & ~eot)[0]
     pending = [[] for _ in range(batch)]
     if env_rows.size == 0:
       continue
+
     with timer("detokenize"):
       texts = tokenizer.batch_decode([tokens[b, :lengths[b]].tolist() for b in env_rows],
                                      skip_special_tokens=False)
@@ -242,52 +250,19 @@ def run_episodes(
       if rewards.shape != env_rows.shape:
         raise ValueError(f"process_reward_fn must return one reward per row ({env_rows.size}), got "
                          f"shape {rewards.shape}")
-      process_rewards[env_rows, turn] = rewards
-    calls = np.asarray([r[2] for r in results], bool)
-    num_calls[env_rows] += np.asarray([len(r[1]) for r in results], np.int32)
-    num_errors[env_rows] += np.asarray([sum(not s for s in r[1]) for r in results], np.int32)
+      ep.process_rewards[env_rows, turn] = rewards
+    observed = _apply_step_results(ep, env_rows, results, stopped, config)
+    if observed:
+      with timer("tokenize"):
+        obs_ids = tokenizer([obs for _, obs in observed], add_special_tokens=False)["input_ids"]
+      for (b, _), ids in zip(observed, obs_ids):
+        pending[b] = _append_observation(ep, b, list(ids), config)
 
-    # Rows with no tool call: a closed turn is an answer; an unclosed one ran out of some budget.
-    answered = env_rows[~calls]
-    full_response = resp_len[answered] >= R
-    full_context = prompt_len[answered] + resp_len[answered] >= config.context_limit
-    closed = stopped[answered]
-    finish(answered[closed], EpisodeStop.ANSWER)
-    finish(answered[~closed & full_response], EpisodeStop.RESPONSE_BUDGET)
-    finish(answered[~closed & ~full_response & full_context], EpisodeStop.CONTEXT_LIMIT)
-    finish(answered[~closed & ~full_response & ~full_context], EpisodeStop.TRUNCATED_TURN)
-
-    # Rows with a tool call: the last turn ends here (its observation is not appended) ...
-    calling = env_rows[calls]
-    observations = [r[0] for r in results if r[2]]
-    last_turn = num_turns[calling] >= T
-    finish(calling[last_turn], EpisodeStop.MAX_TURNS)
-    keep = ~last_turn
-    calling = calling[keep]
-    observations = [o for o, k in zip(observations, keep) if k]
-    if calling.size == 0:
-      continue
-    # ... the others get their observation, tokenized once, cut to what fits.
-    with timer("tokenize"):
-      obs_ids = tokenizer(observations, add_special_tokens=False)["input_ids"]
-    for b, ids in zip(calling.tolist(), obs_ids):
-      ids = cap_observation(list(ids), config.max_observation_tokens, config.observation_tail_tokens)
-      room_r = int(R - resp_len[b])
-      room_c = int(config.context_limit - prompt_len[b] - resp_len[b])
-      room = min(room_r, room_c)
-      if len(ids) < room:  # the observation fits with at least one slot left for the next action
-        append_observation(b, ids)
-        pending[b] = ids
-      else:
-        append_observation(b, ids[:room])
-        finish(np.asarray([b]), EpisodeStop.RESPONSE_BUDGET if room_r <= room_c else EpisodeStop.CONTEXT_LIMIT)
-
-  if np.any(active):
+  if np.any(ep.active):
     raise RuntimeError("internal error: rows still active after the turn loop")
   with timer("detokenize"):
-    response_text = tokenizer.batch_decode([response_ids[b, :resp_len[b]].tolist() for b in rows_all],
-                                           skip_special_tokens=False)
-  last_action = turn_last.max(axis=1)
+    response_text = tokenizer.batch_decode(
+        [ep.response_ids[b, :ep.length[b]].tolist() for b in range(batch)], skip_special_tokens=False)
   total = time.perf_counter() - start
   timings = {name: timer.seconds.get(name, 0.0) for name in ("generation", "tools", "detokenize", "tokenize")}
   timings["total"] = total
@@ -297,18 +272,18 @@ def run_episodes(
   return TrajectoryBatch(
       prompt_ids=prompt_ids,
       prompt_mask=prompt_mask,
-      response_ids=response_ids,
-      response_mask=response_mask,
-      action_mask=action_mask,
-      sampler_logprobs=logprobs,
-      last_action_index=last_action.astype(np.int32),
-      turn_last_action_index=turn_last,
-      process_rewards=process_rewards,
+      response_ids=ep.response_ids,
+      response_mask=ep.response_mask,
+      action_mask=ep.action_mask,
+      sampler_logprobs=ep.logprobs,
+      last_action_index=ep.last_action_index(),
+      turn_last_action_index=ep.turn_last_action,
+      process_rewards=ep.process_rewards,
       group_ids=(group_offset + np.repeat(np.arange(n_prompts), n)).astype(np.int32),
-      num_turns=num_turns,
-      num_tool_calls=num_calls,
-      num_tool_errors=num_errors,
-      stop_reason=stop,
+      num_turns=ep.num_turns,
+      num_tool_calls=ep.num_tool_calls,
+      num_tool_errors=ep.num_tool_errors,
+      stop_reason=ep.stop_reason,
       response_text=response_text,
       ground_truth=repeat(ground_truths, None),
       data_source=repeat(data_sources, ""),
