@@ -207,7 +207,7 @@ def run_episodes(
   _check_cache_lengths(state, cache_len)
   pending: list[list[int]] = [[] for _ in range(batch)]
 
-  for turn in range(T):
+  for turn in range(config.max_turns):
     if not any_across_processes(ep.active):
       break
     room_response, room_context = ep.room(config.context_limit)
