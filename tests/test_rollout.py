@@ -591,6 +591,21 @@ def test_cache_length_counts_the_samplers_prompt_bucket():
     assert config.cache_length == slots + 100
 
 
+def test_config_from_an_ml_collections_section():
+  from ml_collections import config_dict  # pylint: disable=g-import-not-at-top
+
+  section = config_dict.ConfigDict({
+      "n_samples": 5, "max_turns": 4, "max_prompt_length": 256, "max_new_tokens_per_turn": 128,
+      "max_response_length": 1024, "max_context_length": 1200, "temperature": 1.0})
+  section.max_observation_tokens = config_dict.placeholder(int)
+  config = RolloutConfig.from_config(section)
+  assert (config.max_turns, config.max_prompt_length, config.max_new_tokens_per_turn) == (4, 256, 128)
+  assert (config.max_response_length, config.context_limit, config.max_observation_tokens) == (1024, 1200, None)
+  del section["max_turns"]
+  with pytest.raises(ValueError, match=r"lacks \['max_turns'\]"):
+    RolloutConfig.from_config(section)
+
+
 def test_config_rejects_nonsense():
   with pytest.raises(ValueError, match="max_turns must be a positive int"):
     RolloutConfig(max_prompt_length=8, max_response_length=8, max_turns=0, max_new_tokens_per_turn=4)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Mapping
 
 from agent_r1_jax.sampling.buckets import prompt_bucket
 
@@ -56,6 +57,25 @@ class RolloutConfig:
           f"RolloutConfig.observation_tail_tokens ({self.observation_tail_tokens}) must be in "
           f"[0, max_observation_tokens={self.max_observation_tokens})")
     object.__setattr__(self, "end_of_text_ids", tuple(int(i) for i in self.end_of_text_ids))
+
+  @classmethod
+  def from_config(cls, section: Mapping[str, Any]) -> RolloutConfig:
+    """Builds the limits from a config section (e.g. `config.rollout`, an ml_collections ConfigDict).
+
+    Takes the keys named like this class's fields (unset placeholders count as absent) and leaves the
+    rest (samples per prompt, sampling parameters, cache dtype) to the caller.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {}
+    for key in section.keys():
+      value = section[key]
+      if key in names and value is not None:
+        values[key] = tuple(value) if key == "end_of_text_ids" else value
+    missing = [n for n in ("max_prompt_length", "max_response_length", "max_turns", "max_new_tokens_per_turn")
+               if n not in values]
+    if missing:
+      raise ValueError(f"the rollout config section lacks {missing}; set them (e.g. --config.rollout.{missing[0]}=...)")
+    return cls(**values)
 
   @property
   def context_limit(self) -> int:
