@@ -195,9 +195,9 @@ def _apply_tiny(c: config_dict.ConfigDict) -> None:
   c.rollout.max_turns = 4
   c.rollout.max_prompt_length = 256
   c.rollout.max_new_tokens_per_turn = 48
-  c.rollout.max_response_length = 320
-  c.rollout.max_context_length = 576
-  c.rollout.max_observation_tokens = 96
+  c.rollout.max_response_length = 448
+  c.rollout.max_context_length = 704
+  c.rollout.max_observation_tokens = 128
   c.env.max_tool_response_length = 600
   c.tool.top_k = 3
   c.actor.lr = 2e-5
@@ -219,7 +219,7 @@ def _apply_tiny(c: config_dict.ConfigDict) -> None:
   c.sft.batch_size = 32
   c.sft.lr = 1e-3
   c.sft.expert_error_rate = 0.0
-  c.sft.max_length = 576
+  c.sft.max_length = 704
   c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=1, tensor=1))
 
 
@@ -255,7 +255,7 @@ def validate(c: config_dict.ConfigDict) -> None:
     raise ValueError(f"trainer.batch_size * rollout.n_samples = {rows} rows must split into "
                      f"actor.num_mini_batches = {c.actor.num_mini_batches} equal mini-batches")
   mini = rows // c.actor.num_mini_batches
-  for section in ("actor", "critic"):
+  for section in ("actor", "critic") if c.algorithm.use_critic else ("actor",):
     micro = c[section].micro_batch_size
     if micro < 1 or mini % micro:
       raise ValueError(f"{section}.micro_batch_size = {micro} must divide the mini-batch of {mini} rows "

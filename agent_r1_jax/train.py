@@ -1,0 +1,77 @@
+"""Train a tool-using agent with RL.
+
+    python -m agent_r1_jax.train --config=configs/grpo_multihopqa.py[:PRESET] --workdir=DIR \
+        [--config.rollout.max_turns=3 ...]
+
+Writes `DIR/metrics.jsonl` (one JSON object per step), TensorBoard events, checkpoints under
+`DIR/checkpoints/` (rerunning with the same DIR resumes; SIGTERM saves and exits), `DIR/summary.json`,
+`DIR/curves.png` and the final policy as a Hugging Face checkpoint in `DIR/hf_export/`.
+`--config.dry_run=True` prints the parameter count and per-device memory plan and exits.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Training config file, e.g. configs/grpo_multihopqa.py or configs/ppo_multihopqa.py:qwen2.5-3b.",
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (metrics, checkpoints, exports). Reused = resumed.")
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  config = _CONFIG.value
+  if not config.dry_run and not _WORKDIR.value:
+    raise app.UsageError("--workdir is required (a directory for metrics, checkpoints and the HF export)")
+  from agent_r1_jax.trainer.loop import train  # pylint: disable=import-outside-toplevel
+  try:
+    train(config, _WORKDIR.value)
+  except ValueError as e:  # a user-fixable problem: one message, no traceback
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _unknown_override(argv: list[str]) -> str | None:
+  """The first `--config.a.b=v` override naming a field the config does not have, explained; else None."""
+  spec = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")), None)
+  if spec is None:
+    return None
+  path, _, preset = spec.partition(":")
+  module_spec = importlib.util.spec_from_file_location("_agent_r1_config", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  config = module.get_config(preset)
+  for arg in argv[1:]:
+    if not arg.startswith("--config."):
+      continue
+    dotted = arg[len("--config."):].split("=", 1)[0]
+    node, walked = config, []
+    for part in dotted.split("."):
+      if not hasattr(node, "keys") or part not in node.keys():
+        fields = sorted(node.keys()) if hasattr(node, "keys") else []
+        where = ".".join(walked) or "the top level"
+        return (f"unknown config field {dotted!r} (from {arg}); fields at {where}: {fields}. "
+                f"See agent_r1_jax/trainer/config.py")
+      node, walked = node[part], walked + [part]
+  return None
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl flag parsing with config-override mistakes reported in one line instead of a traceback."""
+  try:
+    return flags.FLAGS(argv)
+  except (AttributeError, KeyError, flags.IllegalFlagValueError) as e:
+    message = _unknown_override(argv)
+    print(f"error: {message or e}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config"])
+  app.run(main, flags_parser=_parse_flags)

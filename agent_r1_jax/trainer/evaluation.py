@@ -1,0 +1,96 @@
+"""Greedy evaluation of a policy with the same rollout driver and scorer as training (no second code path).
+
+`evaluate_examples` runs batched greedy episodes over a list of examples and scores each trajectory with the
+reward function registered for its `data_source`; `summarize` turns the per-example records into the metrics
+of one data source (EM, F1, substring accuracy, format, reward, turns, tool-call and tool-error rates).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from agent_r1_jax.rewards import get_scorer
+from agent_r1_jax.rollout import RolloutConfig, TrajectoryBatch, run_episodes
+
+RECORD_METRICS = ("score", "em", "f1", "substring_acc", "format", "format_answer", "format_tool")
+
+
+@dataclasses.dataclass
+class EpisodeRecord:
+  """One scored trajectory (kept for tables and the sample-trajectory page)."""
+  example_id: str
+  data_source: str
+  question: str
+  answers: list[str]
+  prompt: str
+  response: str
+  scores: dict[str, Any]
+  num_turns: int
+  num_tool_calls: int
+  num_tool_errors: int
+  stop_reason: int
+
+
+def score_batch(batch: TrajectoryBatch, *, reward_style: str = "paper") -> list[dict[str, Any]]:
+  """The scorer of each row's data source applied to its decoded response text."""
+  scorers: dict[str, Callable] = {}
+  out = []
+  for text, truth, source in zip(batch.response_text, batch.ground_truth, batch.data_source):
+    if source not in scorers:
+      scorers[source] = get_scorer(source, style=reward_style)
+    out.append(scorers[source](text, truth))
+  return out
+
+
+def evaluate_examples(sampler: Any, params: Any, env: Any, tokenizer: Any, render: Callable[[Mapping], str],
+                      examples: Sequence[Mapping[str, Any]], rollout_config: RolloutConfig, sampling: Any,
+                      rng: jax.Array, *, batch_size: int, reward_style: str = "paper") -> list[EpisodeRecord]:
+  """Greedy (or as `sampling` says) episodes for every example, `batch_size` prompts per rollout."""
+  records: list[EpisodeRecord] = []
+  for start in range(0, len(examples), batch_size):
+    chunk = [examples[i] for i in range(start, min(start + batch_size, len(examples)))]
+    prompt_texts = [render(ex) for ex in chunk]
+    batch = run_episodes(sampler, params, env, tokenizer, prompt_texts, rollout_config, sampling,
+                         jax.random.fold_in(rng, start), samples_per_prompt=1,
+                         ground_truths=[list(ex["answers"]) for ex in chunk],
+                         data_sources=[ex["data_source"] for ex in chunk], check_env=start == 0)
+    for i, (ex, scores) in enumerate(zip(chunk, score_batch(batch, reward_style=reward_style))):
+      records.append(EpisodeRecord(
+          example_id=str(ex["id"]), data_source=ex["data_source"], question=ex["question"],
+          answers=list(ex["answers"]), prompt=prompt_texts[i], response=batch.response_text[i], scores=scores,
+          num_turns=int(batch.num_turns[i]), num_tool_calls=int(batch.num_tool_calls[i]),
+          num_tool_errors=int(batch.num_tool_errors[i]), stop_reason=int(batch.stop_reason[i])))
+  return records
+
+
+def summarize(records: Sequence[EpisodeRecord]) -> dict[str, float]:
+  """Means over records: the scorer's metrics, turns, tool calls per episode and tool-error rate."""
+  if not records:
+    return {}
+  out = {k: float(np.mean([float(r.scores[k]) for r in records])) for k in RECORD_METRICS}
+  calls = sum(r.num_tool_calls for r in records)
+  out["turns"] = float(np.mean([r.num_turns for r in records]))
+  out["tool_calls"] = calls / len(records)
+  out["tool_error_rate"] = sum(r.num_tool_errors for r in records) / calls if calls else 0.0
+  out["num_examples"] = float(len(records))
+  return out
+
+
+def evaluate_sources(sampler: Any, params: Any, env: Any, tokenizer: Any, render: Callable[[Mapping], str],
+                     sources: Mapping[str, Sequence[Mapping[str, Any]]], rollout_config: RolloutConfig,
+                     sampling: Any, rng: jax.Array, *, batch_size: int, max_examples: int | None = None,
+                     reward_style: str = "paper") -> tuple[dict[str, dict[str, float]], list[EpisodeRecord]]:
+  """Per-source summaries (first `max_examples` of each source) and all records."""
+  summaries, all_records = {}, []
+  for i, (name, examples) in enumerate(sources.items()):
+    n = len(examples) if max_examples is None else min(len(examples), max_examples)
+    subset = [examples[j] for j in range(n)]
+    records = evaluate_examples(sampler, params, env, tokenizer, render, subset, rollout_config, sampling,
+                                jax.random.fold_in(rng, i), batch_size=batch_size, reward_style=reward_style)
+    summaries[name] = summarize(records)
+    all_records.extend(records)
+  return summaries, all_records

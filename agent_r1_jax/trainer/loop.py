@@ -1,0 +1,454 @@
+"""The RL training loop: one step in the paper's order, checkpoints, evaluation, export.
+
+One step:
+  prompts (n samples each, shared group ids) -> multi-turn rollout with the CURRENT actor parameters
+  -> scores on each row's last action token -> old log-probs recomputed by the learner (max drift against the
+  sampler's log-probs is logged) -> reference log-probs (frozen initial policy) -> values (critic)
+  -> optional KL-in-reward -> advantages (registry) -> critic update -> actor update (after critic_warmup)
+  -> metrics -> periodic evaluation and checkpoint.
+
+State that a checkpoint holds: actor params + AdamW state, critic params + state (PPO), the frozen reference
+(when a KL term is on and the reference is not a file on disk), the PRNG key, the data iterator position, the
+KL controller's coefficient and the warm-up evaluation. Step `s`'s randomness is `fold_in(key, s)`, so a
+resumed run replays exactly what an uninterrupted one does (tested).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import signal
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from ml_collections import config_dict
+
+from agent_r1_jax import rl
+from agent_r1_jax.data.loader import example_iterator
+from agent_r1_jax.models import (Qwen2Config, Qwen2ForCausalLM, Qwen2ValueModel, load_hf_checkpoint, make_mesh,
+                                 save_hf_checkpoint, shard_model)
+from agent_r1_jax.rollout import RolloutConfig, run_episodes
+from agent_r1_jax.sampling import Sampler, SamplingParams
+from agent_r1_jax.trainer import config as config_lib
+from agent_r1_jax.trainer import evaluation, learner as learner_lib, memory, reporting, sft as sft_lib, task as task_lib
+from agent_r1_jax.trainer.checkpointing import Checkpointer
+from agent_r1_jax.trainer.metrics import MetricsWriter
+
+_MODEL_FINGERPRINT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                             "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings")
+
+
+# --------------------------------------------------------------------------------------------------
+# Construction.
+
+
+def model_config(c: config_dict.ConfigDict, vocab_size: int) -> Qwen2Config:
+  """The policy's architecture: from `model.path`'s config.json, else the tiny from-scratch shape."""
+  if c.model.path:
+    return Qwen2Config.from_pretrained_dir(c.model.path)
+  m = c.model
+  return Qwen2Config(vocab_size=vocab_size, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
+                     num_hidden_layers=m.num_hidden_layers, num_attention_heads=m.num_attention_heads,
+                     num_key_value_heads=m.num_key_value_heads, head_dim=m.hidden_size // m.num_attention_heads,
+                     rope_theta=m.rope_theta, tie_word_embeddings=m.tie_word_embeddings,
+                     max_position_embeddings=c.rollout.max_prompt_length + c.rollout.max_response_length)
+
+
+def build_model(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, head: str) -> nnx.Module:
+  """Actor (`head="lm"`) or critic (`head="value"`): loaded from `model.path` or freshly initialised."""
+  dtypes = dict(compute_dtype=getattr(jnp, c.model.compute_dtype), remat=c.model.remat)
+  if c.model.path:
+    return load_hf_checkpoint(c.model.path, dtype=c.model.param_dtype, compute_dtype=c.model.compute_dtype,
+                              mesh=mesh, head=head, remat=c.model.remat, seed=c.seed + 1)
+  cls = Qwen2ForCausalLM if head == "lm" else Qwen2ValueModel
+  model = cls(arch, rngs=nnx.Rngs(c.seed + (0 if head == "lm" else 1)),
+              param_dtype=getattr(jnp, c.model.param_dtype), **dtypes)
+  return shard_model(model, mesh)
+
+
+def rollout_config(c: config_dict.ConfigDict, tokenizer: Any) -> RolloutConfig:
+  return RolloutConfig(
+      max_prompt_length=c.rollout.max_prompt_length, max_response_length=c.rollout.max_response_length,
+      max_turns=c.rollout.max_turns, max_new_tokens_per_turn=c.rollout.max_new_tokens_per_turn,
+      max_context_length=c.rollout.max_context_length,
+      max_observation_tokens=c.rollout.max_observation_tokens,
+      end_of_text_ids=(int(tokenizer.convert_tokens_to_ids("<|endoftext|>")),))
+
+
+def build_sampler(c: config_dict.ConfigDict, graphdef: nnx.GraphDef, tokenizer: Any, rcfg: RolloutConfig,
+                  mesh) -> Sampler:
+  stops = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "</tool_call>", "<|endoftext|>")]
+  return Sampler(graphdef, max_cache_length=rcfg.cache_length, stop_token_ids=stops,
+                 pad_id=int(tokenizer.pad_token_id), cache_dtype=getattr(jnp, c.rollout.cache_dtype), mesh=mesh)
+
+
+def fingerprint(c: config_dict.ConfigDict, arch: Qwen2Config) -> dict[str, Any]:
+  """What must match for a checkpoint to be resumable into this config."""
+  out = {f"model.{k}": getattr(arch, k) for k in _MODEL_FINGERPRINT_FIELDS}
+  out.update({"algorithm.adv_estimator": c.algorithm.adv_estimator, "algorithm.use_critic": c.algorithm.use_critic,
+              "model.param_dtype": c.model.param_dtype})
+  return out
+
+
+def _needs_reference(c: config_dict.ConfigDict) -> bool:
+  return bool(c.actor.use_kl_loss or c.algorithm.use_kl_in_reward)
+
+
+def _copy(tree):
+  return jax.tree.map(jnp.copy, tree)
+
+
+# --------------------------------------------------------------------------------------------------
+# Dry run.
+
+
+def dry_run(c: config_dict.ConfigDict) -> memory.MemoryPlan:
+  """Prints the parameter count and per-device memory plan; builds no weights."""
+  from agent_r1_jax import models  # pylint: disable=import-outside-toplevel
+  if c.model.path:
+    arch = Qwen2Config.from_pretrained_dir(c.model.path)
+  elif c.model.shape_preset:
+    arch = getattr(models, c.model.shape_preset)()
+  else:
+    arch = model_config(c, vocab_size=4096)
+  abstract = models.abstract_model(arch, param_dtype=getattr(jnp, c.model.param_dtype))
+  counted = models.count_params(abstract)
+  devices = len(jax.devices())
+  sizes = dict(c.mesh)
+  fill = [k for k, v in sizes.items() if v == -1]
+  if fill:
+    known = int(np.prod([v for v in sizes.values() if v != -1]))
+    sizes[fill[0]] = max(devices // known, 1)
+  rows = c.trainer.batch_size * c.rollout.n_samples
+  plan = memory.plan_memory(arch, param_dtype=c.model.param_dtype, compute_dtype=c.model.compute_dtype,
+                            cache_dtype=c.rollout.cache_dtype, remat=c.model.remat,
+                            use_critic=c.algorithm.use_critic, keep_reference=_needs_reference(c),
+                            rollout_rows=rows, prompt_length=c.rollout.max_prompt_length,
+                            response_length=c.rollout.max_response_length,
+                            micro_batch_size=c.actor.micro_batch_size, **sizes)
+  print(f"model: {c.model.shape_preset or c.model.path or 'tiny'}  parameters: {counted:,} "
+        f"({counted / 1e9:.2f} B; config formula {plan.num_params:,})")
+  print(f"mesh: data={sizes['data']} fsdp={sizes['fsdp']} tensor={sizes['tensor']}  rollout rows per step: {rows}")
+  print("per-device memory estimate:")
+  print(plan.table())
+  return plan
+
+
+# --------------------------------------------------------------------------------------------------
+# The trainer.
+
+
+@dataclasses.dataclass
+class RunResult:
+  """What `train` returns: the final step, whether it was preempted, and the summary table's numbers."""
+  step: int
+  preempted: bool
+  summary: dict[str, Any]
+
+
+class _Preemption:
+  """SIGTERM handler: the loop finishes the current step, saves, and exits cleanly."""
+
+  def __init__(self):
+    self.requested = False
+    self._previous = None
+
+  def __enter__(self):
+    try:
+      self._previous = signal.signal(signal.SIGTERM, self._handle)
+    except ValueError:  # not the main thread (e.g. a notebook worker): no handler
+      self._previous = None
+    return self
+
+  def _handle(self, signum, frame):
+    del signum, frame
+    self.requested = True
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+
+class RLTrainer:
+  """Builds every component from a config and runs the loop in `run()`."""
+
+  def __init__(self, c: config_dict.ConfigDict, workdir: str | pathlib.Path):
+    config_lib.validate(c)
+    self.c = c
+    self.workdir = pathlib.Path(workdir)
+    self.workdir.mkdir(parents=True, exist_ok=True)
+    self.task = task_lib.build_task(c)
+    tok = self.task.tokenizer
+    self.mesh = make_mesh(**dict(c.mesh))
+    self.arch = model_config(c, vocab_size=len(tok))
+    actor = build_model(c, self.arch, self.mesh, head="lm")
+    self.actor_graphdef, actor_params = nnx.split(actor)
+    self.rollout_cfg = rollout_config(c, tok)
+    self.sampler = build_sampler(c, self.actor_graphdef, tok, self.rollout_cfg, self.mesh)
+    self.sampling = SamplingParams(temperature=c.rollout.temperature, top_k=c.rollout.top_k, top_p=c.rollout.top_p)
+    self.greedy = SamplingParams(greedy=True)
+    a, cr = c.actor, c.critic
+    rows = c.trainer.batch_size * c.rollout.n_samples
+    self.mini_rows = rows // a.num_mini_batches
+    updates_per_step = a.ppo_epochs * a.num_mini_batches
+    actor_tx = learner_lib.make_optimizer(lr=a.lr, warmup_steps=a.warmup_steps * updates_per_step,
+                                          weight_decay=a.weight_decay, grad_clip=a.grad_clip,
+                                          total_steps=c.trainer.total_steps * updates_per_step,
+                                          schedule=a.lr_schedule)
+    actor_cfg = learner_lib.ActorLossConfig(
+        clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
+        loss_agg_mode=a.loss_agg_mode, entropy_coef=a.entropy_coef, use_kl_loss=a.use_kl_loss,
+        kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type,
+        temperature=self.sampling.logprob_temperature)
+    state: dict[str, Any] = {"actor": actor_params, "actor_opt": actor_tx.init(actor_params),
+                             "rng": jax.random.key_data(jax.random.key(c.seed))}
+    critic_graphdef = critic_tx = None
+    if c.algorithm.use_critic:
+      critic = build_model(c, self.arch, self.mesh, head="value")
+      critic_graphdef, critic_params = nnx.split(critic)
+      critic_tx = learner_lib.make_optimizer(lr=cr.lr, warmup_steps=cr.warmup_steps * updates_per_step,
+                                             weight_decay=cr.weight_decay, grad_clip=cr.grad_clip)
+      state["critic"], state["critic_opt"] = critic_params, critic_tx.init(critic_params)
+    if _needs_reference(c):
+      state["ref"] = _copy(actor_params)
+    self.learner = learner_lib.Learner(
+        self.actor_graphdef, actor_tx, actor_cfg, critic_graphdef=critic_graphdef, critic_tx=critic_tx,
+        critic_cfg=learner_lib.CriticLossConfig(clip_range_value=cr.clip_range_value,
+                                                loss_agg_mode=cr.loss_agg_mode))
+    self.state = state
+    self.kl_ctrl = rl.make_kl_controller(c.algorithm.kl_ctrl, c.algorithm.kl_coef, c.algorithm.target_kl,
+                                         c.algorithm.kl_horizon)
+    self.adv_params = rl.AdvantageParams(gamma=c.algorithm.gamma, lam=c.algorithm.lam,
+                                         norm_by_std=c.algorithm.norm_by_std, whiten=c.algorithm.whiten)
+    self._advantages = jax.jit(rl.compute_advantages, static_argnames=("name", "params"))
+    self._kl_penalty = jax.jit(rl.apply_kl_penalty, static_argnames=("kind",))
+    self.data_iter = example_iterator(self.task.train, batch_size=c.trainer.batch_size, seed=c.data.shuffle_seed,
+                                      shard_index=jax.process_index(), shard_count=jax.process_count())
+    self.batch_sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(("data", "fsdp")))
+    self.checkpointer = Checkpointer(self.workdir / "checkpoints", max_to_keep=c.trainer.max_to_keep)
+    self.fingerprint = fingerprint(c, self.arch)
+    self.meta: dict[str, Any] = {}
+
+  # ---- checkpoints ------------------------------------------------------------------------------------
+
+  def _save(self, step: int, *, force: bool = False) -> None:
+    meta = dict(self.meta, step=step, fingerprint=self.fingerprint, data_iterator=self.data_iter.get_state(),
+                kl_coef=self.kl_ctrl.value)
+    self.checkpointer.save(step, self.state, meta, force=force)
+
+  def _restore(self, step: int) -> None:
+    self.state, meta = self.checkpointer.restore(step, self.state, self.fingerprint)
+    self.data_iter.set_state(meta["data_iterator"])
+    self.kl_ctrl.value = float(meta["kl_coef"])
+    self.meta = {k: v for k, v in meta.items() if k not in ("step", "fingerprint", "data_iterator", "kl_coef")}
+
+  # ---- warm-up and evaluation -------------------------------------------------------------------------
+
+  def warmup(self, log) -> None:
+    """Supervised warm-up on the scripted expert's trajectories (synthetic task)."""
+    from agent_r1_jax.data.synthetic.builder import expert_trajectories, sft_examples  # pylint: disable=import-outside-toplevel
+    c, files = self.c, self.task.synthetic_files
+    if files is None:
+      raise ValueError("sft.enabled needs the synthetic task (the scripted expert plays in the synthetic world); "
+                       "set --config.sft.enabled=False for real data")
+    t0 = time.perf_counter()
+    trajs = expert_trajectories(files, "train", error_rate=c.sft.expert_error_rate, seed=c.seed, env=self.task.env)
+    examples = sft_examples(self.task.tokenizer, trajs, self.task.tool_schemas)
+    params = sft_lib.run_sft(
+        self.actor_graphdef, self.state["actor"], examples, steps=c.sft.steps, batch_size=c.sft.batch_size,
+        lr=c.sft.lr, warmup_steps=c.sft.warmup_steps, weight_decay=c.sft.weight_decay,
+        prompt_length=c.rollout.max_prompt_length, response_length=c.rollout.max_response_length,
+        pad_id=int(self.task.tokenizer.pad_token_id), seed=c.seed, log_fn=log)
+    self.state["actor"] = params
+    self.state["actor_opt"] = self.learner.actor_tx.init(params)
+    if "ref" in self.state:
+      self.state["ref"] = _copy(params)
+    self.meta["sft_seconds"] = time.perf_counter() - t0
+    self.meta["sft_examples"] = len(examples)
+
+  def evaluate(self, sources: dict, *, max_examples: int | None) -> tuple[dict, list]:
+    c = self.c
+    return evaluation.evaluate_sources(
+        self.sampler, self.state["actor"], self.task.env, self.task.tokenizer, self.task.render, sources,
+        self.rollout_cfg, self.greedy, jax.random.key(c.seed + 7), batch_size=c.trainer.eval_batch_size,
+        max_examples=max_examples, reward_style=c.algorithm.reward_style)
+
+  # ---- one RL step ------------------------------------------------------------------------------------
+
+  def _masks(self, dev: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
+    pick = {"action": dev["action_mask"], "response": dev["response_mask"]}
+    return (pick[self.c.algorithm.loss_mask].astype(jnp.float32),
+            pick[self.c.algorithm.advantage_mask].astype(jnp.float32))
+
+  def step(self, step: int) -> dict[str, Any]:
+    c, tok = self.c, self.task.tokenizer
+    key = jax.random.fold_in(jax.random.wrap_key_data(self.state["rng"]), step)
+    examples = next(self.data_iter)
+    t0 = time.perf_counter()
+    traj = run_episodes(
+        self.sampler, self.state["actor"], self.task.env, tok, [self.task.render(ex) for ex in examples],
+        self.rollout_cfg, self.sampling, jax.random.fold_in(key, 0), samples_per_prompt=c.rollout.n_samples,
+        ground_truths=[list(ex["answers"]) for ex in examples], data_sources=[ex["data_source"] for ex in examples],
+        group_offset=(step * jax.process_count() + jax.process_index()) * c.trainer.batch_size,
+        check_env=False)
+    t_rollout = time.perf_counter() - t0
+
+    scores = evaluation.score_batch(traj, reward_style=c.algorithm.reward_style)
+    token_rewards = traj.token_level_rewards([s["score"] for s in scores])
+    rl.check_inputs(token_rewards, traj.action_mask, group_ids=traj.group_ids)
+    t1 = time.perf_counter()
+    dev = traj.to_device(self.batch_sharding, extra={"token_level_rewards": token_rewards})
+    loss_mask, adv_mask = self._masks(dev)
+    batch = {"input_ids": dev["input_ids"], "attention_mask": dev["attention_mask"],
+             "responses": dev["response_ids"], "loss_mask": loss_mask, "advantage_mask": adv_mask}
+    old_logp, entropy = self.learner.log_probs(self.state["actor"], batch)
+    action = dev["action_mask"].astype(jnp.float32)
+    drift = jnp.max(jnp.abs(old_logp - dev["sampler_logprobs"]) * action)
+    batch["old_log_probs"] = old_logp
+    metrics: dict[str, Any] = {}
+    if "ref" in self.state:
+      batch["ref_log_probs"], _ = self.learner.log_probs(self.state["ref"], batch)
+    rewards = dev["token_level_rewards"]
+    if c.algorithm.use_kl_in_reward:
+      rewards, kl = self._kl_penalty(rewards, old_logp, batch["ref_log_probs"], action, self.kl_ctrl.value,
+                                     kind=c.algorithm.kl_penalty)
+      metrics["kl_in_reward"] = kl.value()
+      metrics["kl_coef"] = self.kl_ctrl.value
+      self.kl_ctrl.update(float(kl.value()), traj.batch_size)
+    values = None
+    if c.algorithm.use_critic:
+      values = self.learner.values(self.state["critic"], batch)
+      batch["old_values"] = values
+    advantages, returns = self._advantages(c.algorithm.adv_estimator, rewards, adv_mask, values=values,
+                                           group_ids=dev["group_ids"], params=self.adv_params)
+    batch["advantages"], batch["returns"] = advantages, returns
+    update_metrics = self._update(step, batch, key)
+    jax.block_until_ready(self.state["actor"])
+    t_learn = time.perf_counter() - t1
+
+    metrics.update({k: float(np.mean([s[k] for s in scores])) for k in evaluation.RECORD_METRICS})
+    metrics = {("reward" if k == "score" else k): v for k, v in metrics.items()}
+    metrics.update(traj.metrics())
+    metrics.update(update_metrics)
+    metrics["logprob_drift_max"] = drift
+    metrics["entropy"] = jnp.sum(entropy * action) / jnp.maximum(jnp.sum(action), 1.0)
+    metrics["time/rollout"] = t_rollout  # generation / tools / host split: rollout/time_*_s
+    metrics["time/learner"] = t_learn
+    return metrics
+
+  def _update(self, step: int, batch: dict[str, jax.Array], key: jax.Array) -> dict[str, Any]:
+    """ppo_epochs passes over shuffled mini-batches: critic first, then actor (after critic_warmup)."""
+    c = self.c
+    rows = batch["input_ids"].shape[0]
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+
+    def record(m):
+      for k, v in m.items():
+        sums[k] = sums.get(k, 0.0) + float(v)
+        counts[k] = counts.get(k, 0) + 1
+
+    update_actor = step >= c.trainer.critic_warmup
+    for epoch in range(c.actor.ppo_epochs):
+      perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, 1000 + epoch), rows))
+      for start in range(0, rows, self.mini_rows):
+        idx = jnp.asarray(np.sort(perm[start:start + self.mini_rows]))
+        mini = {k: v[idx] for k, v in batch.items()}
+        if c.algorithm.use_critic:
+          self.state["critic"], self.state["critic_opt"], m = self.learner.critic_step(
+              self.state["critic"], self.state["critic_opt"], mini,
+              num_micro=self.mini_rows // c.critic.micro_batch_size)
+          record(m)
+        if update_actor:
+          self.state["actor"], self.state["actor_opt"], m = self.learner.actor_step(
+              self.state["actor"], self.state["actor_opt"], mini,
+              num_micro=self.mini_rows // c.actor.micro_batch_size)
+          record(m)
+    out = {k: sums[k] / counts[k] for k in sums}
+    for k in ("actor/skipped", "critic/skipped"):  # counts, not means
+      if k in sums:
+        out[k] = sums[k]
+    return out
+
+  # ---- the loop ---------------------------------------------------------------------------------------
+
+  def run(self) -> RunResult:
+    c = self.c
+    latest = self.checkpointer.latest_step()
+    writer: MetricsWriter
+    if latest is not None:
+      self._restore(latest)
+      start = latest
+      print(f"resuming from {self.checkpointer.directory} at step {latest}")
+    else:
+      start = 0
+      if c.sft.enabled:
+        sft_log = reporting.sft_logger(c.sft.steps, c.trainer.progress_bar)
+        self.warmup(sft_log)
+        sft_log.close()
+      warm_eval, _ = self.evaluate(self.task.test, max_examples=c.trainer.eval_num_examples)
+      self.meta["initial_eval"] = warm_eval
+      reporting.print_eval("held-out evaluation before RL", warm_eval)
+      self._save(0, force=True)
+      self.checkpointer.wait()
+    writer = MetricsWriter(self.workdir, start_step=start + 1)
+    preempted = False
+    progress = reporting.progress_bar(c.trainer.total_steps, start, c.trainer.progress_bar)
+    with _Preemption() as preemption:
+      step = start
+      while step < c.trainer.total_steps:
+        step += 1
+        metrics = self.step(step)
+        if step % c.trainer.eval_every == 0 or step == c.trainer.total_steps:
+          summaries, _ = self.evaluate(self.task.validation, max_examples=c.trainer.eval_num_examples)
+          for source, summary in summaries.items():
+            for k in ("em", "f1", "format", "score", "tool_calls"):
+              metrics[f"eval/{source}/{k}"] = summary[k]
+        row = writer.write(step, metrics)
+        reporting.update_progress(progress, row)
+        saved = step % c.trainer.save_every == 0 or step == c.trainer.total_steps
+        if saved:
+          self._save(step)
+        if preemption.requested and step < c.trainer.total_steps:
+          if not saved:
+            self._save(step, force=True)
+          preempted = True
+          break
+    progress.close()
+    writer.close()
+    self.checkpointer.wait()
+    if preempted:
+      print(f"SIGTERM: saved step {step} to {self.checkpointer.directory}; rerun with the same --workdir to resume")
+      self.checkpointer.close()
+      return RunResult(step=step, preempted=True, summary={})
+    summary = self.finish()
+    self.checkpointer.close()
+    return RunResult(step=step, preempted=False, summary=summary)
+
+  def finish(self) -> dict[str, Any]:
+    """Held-out evaluation after RL, the summary table, the curves PNG and the HF export."""
+    c = self.c
+    final_eval, records = self.evaluate(self.task.test, max_examples=c.trainer.eval_num_examples)
+    summary = {"before_rl": self.meta.get("initial_eval", {}), "after_rl": final_eval}
+    (self.workdir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    reporting.write_samples(self.workdir / "samples.jsonl", records[:50])
+    print(reporting.summary_table(summary))
+    reporting.plot_curves(self.workdir)
+    if c.trainer.export_hf:
+      model = nnx.merge(self.actor_graphdef, self.state["actor"])
+      save_hf_checkpoint(model, self.workdir / "hf_export")
+      self.task.tokenizer.save_pretrained(str(self.workdir / "hf_export"))
+    return summary
+
+
+def train(c: config_dict.ConfigDict, workdir: str | pathlib.Path) -> RunResult | memory.MemoryPlan:
+  """Validates the config, then either prints the dry-run memory plan or trains."""
+  config_lib.validate(c)
+  if c.dry_run:
+    return dry_run(c)
+  return RLTrainer(c, workdir).run()

@@ -1,0 +1,115 @@
+"""What a run shows a person: progress bars, evaluation tables, the summary, sample trajectories, curves."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any, Mapping, Sequence
+
+from agent_r1_jax.trainer.metrics import read_metrics
+
+_TABLE_METRICS = ("em", "f1", "format", "score", "turns", "tool_calls")
+
+
+def progress_bar(total: int, initial: int, enabled: bool):
+  """A tqdm bar over RL steps (a no-op object when disabled)."""
+  from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+  return tqdm(total=total, initial=initial, desc="rl", disable=not enabled, dynamic_ncols=True)
+
+
+def update_progress(bar, row: Mapping[str, Any]) -> None:
+  shown = {k: row[k] for k in ("reward", "em", "rollout/turns_mean") if isinstance(row.get(k), (int, float))}
+  bar.set_postfix({k.split("/")[-1]: f"{v:.3f}" for k, v in shown.items()}, refresh=False)
+  bar.update(1)
+
+
+class _SftLogger:
+  """Progress of the supervised warm-up (tqdm bar showing the loss)."""
+
+  def __init__(self, total: int, enabled: bool):
+    from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+    self._bar = tqdm(total=total, desc="sft", disable=not enabled, dynamic_ncols=True)
+    self.last_loss = float("nan")
+
+  def __call__(self, step: int, metrics: Mapping[str, Any]) -> None:
+    if step % 10 == 0:
+      self.last_loss = float(metrics["sft/loss"])
+      self._bar.set_postfix(loss=f"{self.last_loss:.4f}", refresh=False)
+    self._bar.update(1)
+
+  def close(self) -> None:
+    self._bar.close()
+
+
+def sft_logger(total: int, enabled: bool) -> _SftLogger:
+  return _SftLogger(total, enabled)
+
+
+def eval_table(title: str, summaries: Mapping[str, Mapping[str, float]]) -> str:
+  """A markdown table: one row per data source, the average row last."""
+  header = "| source | " + " | ".join(_TABLE_METRICS) + " |"
+  lines = [f"### {title}", "", header, "|" + "---|" * (len(_TABLE_METRICS) + 1)]
+  for source, s in summaries.items():
+    lines.append(f"| {source} | " + " | ".join(f"{s.get(k, float('nan')):.4f}" for k in _TABLE_METRICS) + " |")
+  if len(summaries) > 1:
+    avg = {k: sum(s.get(k, 0.0) for s in summaries.values()) / len(summaries) for k in _TABLE_METRICS}
+    lines.append("| average | " + " | ".join(f"{avg[k]:.4f}" for k in _TABLE_METRICS) + " |")
+  return "\n".join(lines)
+
+
+def print_eval(title: str, summaries: Mapping[str, Mapping[str, float]]) -> None:
+  print(eval_table(title, summaries), flush=True)
+
+
+def summary_table(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
+  """Held-out metrics before RL (after warm-up) and after RL, with the change, per data source."""
+  before, after = summary.get("before_rl", {}), summary.get("after_rl", {})
+  lines = ["### Held-out evaluation (greedy)", "",
+           "| source | metric | before RL | after RL | change |", "|---|---|---|---|---|"]
+  for source, s in after.items():
+    b = before.get(source, {})
+    for k in ("em", "f1", "format", "score", "tool_calls"):
+      if k in s:
+        old = b.get(k, float("nan"))
+        lines.append(f"| {source} | {k} | {old:.4f} | {s[k]:.4f} | {s[k] - old:+.4f} |")
+  return "\n".join(lines)
+
+
+def write_samples(path: pathlib.Path, records: Sequence[Any]) -> None:
+  """One JSON object per scored trajectory (prompt, response, scores), for inspection."""
+  with open(path, "w", encoding="utf-8") as f:
+    for r in records:
+      f.write(json.dumps(dataclasses.asdict(r), ensure_ascii=False) + "\n")
+
+
+def plot_curves(workdir: pathlib.Path) -> pathlib.Path | None:
+  """`curves.png`: training reward and EM per step, and each evaluation source's EM."""
+  rows = read_metrics(workdir)
+  if not rows:
+    return None
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+  fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+  steps = [r["step"] for r in rows]
+  for key, label in (("reward", "train reward"), ("em", "train EM")):
+    axes[0].plot(steps, [r.get(key) for r in rows], label=label)
+  axes[0].set_xlabel("RL step")
+  axes[0].legend()
+  axes[0].set_title("training rollouts")
+  eval_keys = sorted({k for r in rows for k in r if k.startswith("eval/") and k.endswith("/em")})
+  for key in eval_keys:
+    points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+    axes[1].plot([p[0] for p in points], [p[1] for p in points], marker="o", label=key[5:-3])
+  axes[1].set_xlabel("RL step")
+  axes[1].set_ylabel("greedy EM")
+  axes[1].set_title("validation")
+  if eval_keys:
+    axes[1].legend()
+  fig.tight_layout()
+  out = pathlib.Path(workdir) / "curves.png"
+  fig.savefig(out, dpi=110)
+  plt.close(fig)
+  return out
