@@ -182,6 +182,8 @@ class RLTrainer:
     self.c = c
     self.workdir = pathlib.Path(workdir)
     self.workdir.mkdir(parents=True, exist_ok=True)
+    # The run's full config, so `agent_r1_jax.evaluate --workdir` can rebuild the same task and model.
+    (self.workdir / "config.json").write_text(c.to_json_best_effort(indent=2, sort_keys=True) + "\n")
     self.task = task_lib.build_task(c)
     tok = self.task.tokenizer
     self.mesh = make_mesh(**dict(c.mesh))
