@@ -153,7 +153,10 @@ def test_continue_equals_fresh_prefill_and_logprobs_equal_full_forward(tiny):
 
 # -- sampling rules: property tests over random logits ----------------------------------------------
 
-LOGITS = st.lists(st.floats(-6, 6, allow_nan=False, width=32), min_size=3 * 12, max_size=3 * 12)
+# Rounded to 1e-3: near-denormal logits would become denormal after temperature scaling, and XLA:CPU
+# flushes those to zero (a float-format effect, not a sampling property).
+LOGITS = st.lists(st.floats(-6, 6, allow_nan=False).map(lambda x: round(x, 3)),
+                  min_size=3 * 12, max_size=3 * 12)
 
 
 @settings(max_examples=25, deadline=None)

@@ -65,6 +65,16 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
   return x * cos + rotated * sin
 
 
+def write_slots(old: jax.Array, new: jax.Array, slots: jax.Array) -> jax.Array:
+  """old `[B, S, ...]` with `new[b, t]` stored at slot `slots[b, t]`; slots beyond S are dropped.
+
+  A scatter touches only the B*T written entries (a select over all S slots was measurably slower per
+  decode step on CPU); inside the jitted decode loop XLA performs it in place.
+  """
+  rows = jnp.arange(old.shape[0])[:, None]
+  return old.at[rows, slots].set(new.astype(old.dtype), mode="drop")
+
+
 class RMSNorm(nnx.Module):
   """y = w * x / sqrt(mean(x^2) + eps), statistics in float32."""
 
@@ -116,12 +126,11 @@ class Attention(nnx.Module):
     q = constrain(q, ("batch", "length", "act_heads", "head_dim"))
     if cache_kv is not None:
       k_all, v_all = cache_kv
-      rows = jnp.arange(b)[:, None]
-      k_all = k_all.at[layer, rows, ctx.write_slots].set(k.astype(k_all.dtype), mode="drop")
-      v_all = v_all.at[layer, rows, ctx.write_slots].set(v.astype(v_all.dtype), mode="drop")
-      keys = k_all[layer].astype(self.compute_dtype)
-      values = v_all[layer].astype(self.compute_dtype)
-      cache_kv = (k_all, v_all)
+      k_layer = write_slots(k_all[layer], k, ctx.write_slots)
+      v_layer = write_slots(v_all[layer], v, ctx.write_slots)
+      cache_kv = (k_all.at[layer].set(k_layer), v_all.at[layer].set(v_layer))
+      keys = k_layer.astype(self.compute_dtype)
+      values = v_layer.astype(self.compute_dtype)
     else:
       keys, values = k, v
     groups = self.num_heads // self.num_kv_heads

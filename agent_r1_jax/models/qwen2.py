@@ -19,7 +19,8 @@ from flax import nnx
 
 from agent_r1_jax.models.config import Qwen2Config
 from agent_r1_jax.models.kv_cache import CACHE_AXES, KVCache
-from agent_r1_jax.models.layers import _NEG_INF, AttentionContext, DecoderBlock, RMSNorm, param, rope_tables
+from agent_r1_jax.models.layers import (_NEG_INF, AttentionContext, DecoderBlock, RMSNorm, param,
+                                        rope_tables, write_slots)
 from agent_r1_jax.models.sharding import constrain
 
 
@@ -40,7 +41,7 @@ def _context(config: Qwen2Config, mask: jax.Array, cache: KVCache | None):
   else:
     positions = cache.lengths[:, None] + before
     slots = cache.cursor[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
-    key_valid = cache.valid.at[jnp.arange(b)[:, None], slots].set(mask.astype(bool), mode="drop")
+    key_valid = write_slots(cache.valid, mask.astype(bool), slots)
     key_slots = jnp.arange(cache.max_length, dtype=jnp.int32)
     # The cursor moves past the last real token, so trailing (right) padding leaves its slots free
     # while leading (left) padding of a prompt keeps its slots, as invalid.

@@ -48,12 +48,13 @@ def sample_tokens(logits: jax.Array, rng: jax.Array, params: SamplingParams
     `logprob_temperature` (untruncated distribution).
   """
   logits = logits.astype(jnp.float32)
-  scaled = logits / params.logprob_temperature
+  scaled = logits if params.logprob_temperature == 1.0 else logits / params.logprob_temperature
   if params.is_greedy:
     tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
   else:
     keep = allowed_tokens(scaled, params)
     tokens = jax.random.categorical(rng, jnp.where(keep, scaled, _MASKED), axis=-1)
     tokens = tokens.astype(jnp.int32)
-  logprobs = jnp.take_along_axis(jax.nn.log_softmax(scaled, axis=-1), tokens[:, None], axis=-1)[:, 0]
-  return tokens, logprobs
+  # log_softmax(z)[tok] = z[tok] - logsumexp(z): two reductions instead of a [B, V] log-softmax.
+  picked = jnp.take_along_axis(scaled, tokens[:, None], axis=-1)[:, 0]
+  return tokens, picked - jax.nn.logsumexp(scaled, axis=-1)
