@@ -35,6 +35,17 @@ def qwen_tokenizer_dir(shared_data: pathlib.Path) -> pathlib.Path:
   return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _compilation_cache(tmp_path_factory):
+  """A persistent XLA compilation cache for the session: tests that build the same programs again (the
+  trainer runs, resume, every algorithm) load them instead of recompiling."""
+  import jax  # pylint: disable=import-outside-toplevel
+  jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla_cache")))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  yield
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
   """Generated artefacts go to a per-session temp folder, never the user's home cache."""

@@ -47,6 +47,19 @@ _MODEL_FINGERPRINT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "
 # Construction.
 
 
+def build_mesh(c: config_dict.ConfigDict):
+  """The (data, fsdp, tensor) mesh of `c.mesh`; fixed sizes whose product is below the device count use the
+  first devices only (e.g. a 1-device run on a host with 8), a -1 size fills all devices."""
+  sizes = dict(c.mesh)
+  if -1 in sizes.values():
+    return make_mesh(**sizes)
+  count = int(np.prod(list(sizes.values())))
+  if count > len(jax.devices()):
+    raise ValueError(f"mesh {sizes} needs {count} devices, {len(jax.devices())} are available; change "
+                     f"--config.mesh.*")
+  return make_mesh(**sizes, devices=jax.devices()[:count])
+
+
 def model_config(c: config_dict.ConfigDict, vocab_size: int) -> Qwen2Config:
   """The policy's architecture: from `model.path`'s config.json, else the tiny from-scratch shape."""
   if c.model.path:
@@ -72,12 +85,9 @@ def build_model(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, head: str
 
 
 def rollout_config(c: config_dict.ConfigDict, tokenizer: Any) -> RolloutConfig:
-  return RolloutConfig(
-      max_prompt_length=c.rollout.max_prompt_length, max_response_length=c.rollout.max_response_length,
-      max_turns=c.rollout.max_turns, max_new_tokens_per_turn=c.rollout.max_new_tokens_per_turn,
-      max_context_length=c.rollout.max_context_length,
-      max_observation_tokens=c.rollout.max_observation_tokens,
-      end_of_text_ids=(int(tokenizer.convert_tokens_to_ids("<|endoftext|>")),))
+  """The rollout limits of `c.rollout`; `<|endoftext|>` ends an episode (EpisodeStop.EOS)."""
+  return dataclasses.replace(RolloutConfig.from_config(c.rollout),
+                             end_of_text_ids=(int(tokenizer.convert_tokens_to_ids("<|endoftext|>")),))
 
 
 def build_sampler(c: config_dict.ConfigDict, graphdef: nnx.GraphDef, tokenizer: Any, rcfg: RolloutConfig,
@@ -186,7 +196,7 @@ class RLTrainer:
     (self.workdir / "config.json").write_text(c.to_json_best_effort(indent=2, sort_keys=True) + "\n")
     self.task = task_lib.build_task(c)
     tok = self.task.tokenizer
-    self.mesh = make_mesh(**dict(c.mesh))
+    self.mesh = build_mesh(c)
     self.arch = model_config(c, vocab_size=len(tok))
     actor = build_model(c, self.arch, self.mesh, head="lm")
     self.actor_graphdef, actor_params = nnx.split(actor)
@@ -287,32 +297,35 @@ class RLTrainer:
     return (pick[self.c.algorithm.loss_mask].astype(jnp.float32),
             pick[self.c.algorithm.advantage_mask].astype(jnp.float32))
 
-  def step(self, step: int) -> dict[str, Any]:
-    c, tok = self.c, self.task.tokenizer
-    key = jax.random.fold_in(jax.random.wrap_key_data(self.state["rng"]), step)
+  def rollout(self, step: int, key: jax.Array):
+    """Samples `n_samples` episodes for each of the next `batch_size` training prompts and scores them."""
+    c = self.c
     examples = next(self.data_iter)
-    t0 = time.perf_counter()
     traj = run_episodes(
-        self.sampler, self.state["actor"], self.task.env, tok, [self.task.render(ex) for ex in examples],
-        self.rollout_cfg, self.sampling, jax.random.fold_in(key, 0), samples_per_prompt=c.rollout.n_samples,
-        ground_truths=[list(ex["answers"]) for ex in examples], data_sources=[ex["data_source"] for ex in examples],
+        self.sampler, self.state["actor"], self.task.env, self.task.tokenizer,
+        [self.task.render(ex) for ex in examples], self.rollout_cfg, self.sampling, jax.random.fold_in(key, 0),
+        samples_per_prompt=c.rollout.n_samples, ground_truths=[list(ex["answers"]) for ex in examples],
+        data_sources=[ex["data_source"] for ex in examples],
         group_offset=(step * jax.process_count() + jax.process_index()) * c.trainer.batch_size,
         check_env=False)
-    t_rollout = time.perf_counter() - t0
+    return traj, evaluation.score_batch(traj, reward_style=c.algorithm.reward_style)
 
-    scores = evaluation.score_batch(traj, reward_style=c.algorithm.reward_style)
+  def prepare_batch(self, traj, scores: list[dict]) -> tuple[dict[str, jax.Array], dict[str, Any]]:
+    """Learner inputs for a scored rollout: masks, old/ref log-probs, (KL-penalised) rewards, values,
+    advantages and returns, all on device with the batch sharded over (data, fsdp)."""
+    c = self.c
     token_rewards = traj.token_level_rewards([s["score"] for s in scores])
     rl.check_inputs(token_rewards, traj.action_mask, group_ids=traj.group_ids)
-    t1 = time.perf_counter()
     dev = traj.to_device(self.batch_sharding, extra={"token_level_rewards": token_rewards})
     loss_mask, adv_mask = self._masks(dev)
     batch = {"input_ids": dev["input_ids"], "attention_mask": dev["attention_mask"],
              "responses": dev["response_ids"], "loss_mask": loss_mask, "advantage_mask": adv_mask}
     old_logp, entropy = self.learner.log_probs(self.state["actor"], batch)
     action = dev["action_mask"].astype(jnp.float32)
-    drift = jnp.max(jnp.abs(old_logp - dev["sampler_logprobs"]) * action)
+    metrics: dict[str, Any] = {
+        "logprob_drift_max": jnp.max(jnp.abs(old_logp - dev["sampler_logprobs"]) * action),
+        "entropy": jnp.sum(entropy * action) / jnp.maximum(jnp.sum(action), 1.0)}
     batch["old_log_probs"] = old_logp
-    metrics: dict[str, Any] = {}
     if "ref" in self.state:
       batch["ref_log_probs"], _ = self.learner.log_probs(self.state["ref"], batch)
     rewards = dev["token_level_rewards"]
@@ -326,21 +339,26 @@ class RLTrainer:
     if c.algorithm.use_critic:
       values = self.learner.values(self.state["critic"], batch)
       batch["old_values"] = values
-    advantages, returns = self._advantages(c.algorithm.adv_estimator, rewards, adv_mask, values=values,
-                                           group_ids=dev["group_ids"], params=self.adv_params)
-    batch["advantages"], batch["returns"] = advantages, returns
-    update_metrics = self._update(step, batch, key)
-    jax.block_until_ready(self.state["actor"])
-    t_learn = time.perf_counter() - t1
+    batch["advantages"], batch["returns"] = self._advantages(
+        c.algorithm.adv_estimator, rewards, adv_mask, values=values, group_ids=dev["group_ids"],
+        params=self.adv_params)
+    return batch, metrics
 
-    metrics.update({k: float(np.mean([s[k] for s in scores])) for k in evaluation.RECORD_METRICS})
-    metrics = {("reward" if k == "score" else k): v for k, v in metrics.items()}
+  def step(self, step: int) -> dict[str, Any]:
+    """One RL step (see the module docstring); returns its metrics."""
+    key = jax.random.fold_in(jax.random.wrap_key_data(self.state["rng"]), step)
+    t0 = time.perf_counter()
+    traj, scores = self.rollout(step, key)
+    t1 = time.perf_counter()
+    batch, metrics = self.prepare_batch(traj, scores)
+    metrics.update(self._update(step, batch, key))
+    jax.block_until_ready(self.state["actor"])
+    t2 = time.perf_counter()
+    metrics.update({("reward" if k == "score" else k): float(np.mean([s[k] for s in scores]))
+                    for k in evaluation.RECORD_METRICS})
     metrics.update(traj.metrics())
-    metrics.update(update_metrics)
-    metrics["logprob_drift_max"] = drift
-    metrics["entropy"] = jnp.sum(entropy * action) / jnp.maximum(jnp.sum(action), 1.0)
-    metrics["time/rollout"] = t_rollout  # generation / tools / host split: rollout/time_*_s
-    metrics["time/learner"] = t_learn
+    metrics["time/rollout"] = t1 - t0  # its generation / tools / host split: rollout/time_*_s
+    metrics["time/learner"] = t2 - t1
     return metrics
 
   def _update(self, step: int, batch: dict[str, jax.Array], key: jax.Array) -> dict[str, Any]:
