@@ -3,6 +3,8 @@
 `evaluate_examples` runs batched greedy episodes over a list of examples and scores each trajectory with the
 reward function registered for its `data_source`; `summarize` turns the per-example records into the metrics
 of one data source (EM, F1, substring accuracy, format, reward, turns, tool-call and tool-error rates).
+Each record also keeps its response cut into action / observation segments, taken from the rollout's
+token-level `action_mask` (not from parsing the text), for the sample-trajectory page.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from agent_r1_jax.rewards import get_scorer
 from agent_r1_jax.rollout import RolloutConfig, TrajectoryBatch, run_episodes
 
 RECORD_METRICS = ("score", "em", "f1", "substring_acc", "format", "format_answer", "format_tool")
+ACTION, OBSERVATION = "action", "observation"
 
 
 @dataclasses.dataclass
@@ -33,6 +36,36 @@ class EpisodeRecord:
   num_tool_calls: int
   num_tool_errors: int
   stop_reason: int
+  # (kind, text) in response order, kind ACTION (sampled by the policy) or OBSERVATION (written by the env).
+  segments: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+
+def response_spans(response_mask: np.ndarray, action_mask: np.ndarray) -> list[tuple[str, int, int]]:
+  """Maximal runs of one response row with a constant action mask: `(kind, start, end)`, end exclusive.
+
+  Args:
+    response_mask: int [R], 1 on the row's real response tokens (a prefix: responses are right-padded).
+    action_mask: int [R], 1 on the tokens the policy sampled.
+
+  Returns:
+    Consecutive spans covering `[0, sum(response_mask))`; kind is ACTION where action_mask is 1, else
+    OBSERVATION. Adjacent spans always differ in kind.
+  """
+  length = int(np.sum(response_mask))
+  acts = np.asarray(action_mask[:length]).astype(bool)
+  if length == 0:
+    return []
+  cuts = np.flatnonzero(acts[1:] != acts[:-1]) + 1
+  bounds = np.concatenate([[0], cuts, [length]])
+  return [(ACTION if acts[a] else OBSERVATION, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def response_segments(batch: TrajectoryBatch, row: int, tokenizer: Any) -> list[tuple[str, str]]:
+  """`(kind, decoded text)` of each span of `response_spans` for one row (special tokens kept)."""
+  spans = response_spans(batch.response_mask[row], batch.action_mask[row])
+  texts = tokenizer.batch_decode([batch.response_ids[row, a:b].tolist() for _, a, b in spans],
+                                 skip_special_tokens=False) if spans else []
+  return [(kind, text) for (kind, _, _), text in zip(spans, texts)]
 
 
 def score_batch(batch: TrajectoryBatch, *, reward_style: str = "paper") -> list[dict[str, Any]]:
@@ -63,7 +96,8 @@ def evaluate_examples(sampler: Any, params: Any, env: Any, tokenizer: Any, rende
           example_id=str(ex["id"]), data_source=ex["data_source"], question=ex["question"],
           answers=list(ex["answers"]), prompt=prompt_texts[i], response=batch.response_text[i], scores=scores,
           num_turns=int(batch.num_turns[i]), num_tool_calls=int(batch.num_tool_calls[i]),
-          num_tool_errors=int(batch.num_tool_errors[i]), stop_reason=int(batch.stop_reason[i])))
+          num_tool_errors=int(batch.num_tool_errors[i]), stop_reason=int(batch.stop_reason[i]),
+          segments=response_segments(batch, i, tokenizer)))
   return records
 
 

@@ -1,0 +1,118 @@
+"""Evaluate a policy the way the paper's Table 3 does: agent vs Base Tool Call, Naive RAG and No Retrieval.
+
+    python -m agent_r1_jax.evaluate --workdir=RUN_DIR [--step=N] \\
+        [--methods=agent,base_tool_call,naive_rag,no_retrieval] [--datasets=synthetic] [--num_examples=200]
+    python -m agent_r1_jax.evaluate --hf_checkpoint=DIR --config=configs/grpo_multihopqa.py:qwen2.5-3b \\
+        --config.model.path=BASE_DIR --config.data.prepared_dir=DATA --config.tool.corpus_path=corpus.jsonl \\
+        --datasets=hotpotqa,2wikimultihopqa,musique
+
+The task (tokenizer, tools, data, rollout limits, reward style) comes from `--config` when given, else from the
+workdir's `config.json`, else the tiny preset (synthetic world). Episodes are greedy and batched and run
+through the training rollout driver and scorer. Writes `table.md` (EM per dataset + average, one row per
+method; also printed), `results.json` (EM / F1 / substring accuracy / format / turns / tool-call and tool-error
+rates per method x dataset), `trajectories.html` (sample episodes with actions and environment observations
+marked) and `records.jsonl` to `--out_dir` (default `RUN_DIR/eval`, or `./eval` for an HF directory).
+
+Single-turn methods score 0 on the paper reward's tool-format term by construction: compare methods by EM.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Task/model config file (e.g. configs/grpo_multihopqa.py:tiny); default: the workdir's "
+    "config.json, or the tiny preset for --hf_checkpoint.", lock_config=False)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Training run directory (config.json + checkpoints/).")
+_STEP = flags.DEFINE_integer("step", None, "Checkpoint step of --workdir to evaluate (default: the latest).")
+_HF = flags.DEFINE_string("hf_checkpoint", None, "Hugging Face checkpoint directory to evaluate instead.")
+_BASE_HF = flags.DEFINE_string(
+    "base_hf_checkpoint", None, "Base (untrained instruct) model of base_tool_call. Default: the run's model.path, "
+    "else its step-0 checkpoint; for --hf_checkpoint, the config's model.path, else that same directory.")
+_METHODS = flags.DEFINE_list("methods", ["agent", "base_tool_call", "naive_rag", "no_retrieval"],
+                             "Methods to run (agent, base_tool_call, naive_rag, no_retrieval).")
+_DATASETS = flags.DEFINE_list("datasets", [], "Evaluation sets (hotpotqa, 2wikimultihopqa, musique, synthetic); "
+                              "default: every set the task has prepared.")
+_OUT_DIR = flags.DEFINE_string("out_dir", None, "Where the outputs go.")
+_NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 0, "Examples per dataset (0 = all).")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 0, "Prompts per rollout (0 = config trainer.eval_batch_size).")
+_SAMPLES = flags.DEFINE_integer("samples_per_dataset", 5, "Episodes per method x dataset on the HTML page.")
+_SEED = flags.DEFINE_integer("seed", 0, "PRNG seed (greedy decoding does not use it).")
+
+
+def task_config(config, workdir: str | None, hf_checkpoint: str | None):
+  """`config` if given, else the workdir's config.json, else the tiny preset; unlocked, ready to build."""
+  from agent_r1_jax.evaluation.policy import read_workdir_config  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.trainer.config import base_config  # pylint: disable=import-outside-toplevel
+  if config is not None:
+    c = config
+  elif workdir:
+    c = read_workdir_config(workdir)
+  else:
+    c = base_config("grpo", "tiny")
+  with c.unlocked():
+    c.dry_run = False
+    if hf_checkpoint and not c.model.tokenizer_path and not c.model.path and c.data.source != "synthetic":
+      c.model.tokenizer_path = hf_checkpoint  # the multihopqa task reads its tokenizer from the model directory
+  return c
+
+
+def run(*, workdir: str | None, hf_checkpoint: str | None, base_hf_checkpoint: str | None, step: int | None,
+        methods: list[str], datasets: list[str], out_dir: str | None, num_examples: int, batch_size: int,
+        samples_per_dataset: int, seed: int, config=None) -> dict[str, pathlib.Path]:
+  """The CLI's work as a function (tests call it); returns the written files.
+
+  `config` is the `--config` ConfigDict (None: the workdir's config.json, or the tiny preset).
+  """
+  from agent_r1_jax.evaluation import datasets as datasets_lib, methods as methods_lib, report, runner  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.trainer import config as config_lib, loop, task as task_lib  # pylint: disable=import-outside-toplevel
+
+  if bool(workdir) == bool(hf_checkpoint):
+    raise ValueError("give exactly one of --workdir (a training run) or --hf_checkpoint (a Hugging Face directory)")
+  chosen = methods_lib.get_methods(methods)
+  c = task_config(config, workdir, hf_checkpoint)
+  config_lib.validate(c)
+  names = datasets_lib.select_datasets(c, datasets)
+  task = task_lib.build_task(c)
+  sets = {name: task.test[name] for name in names}
+  mesh = loop.build_mesh(c)
+  base_dir = base_hf_checkpoint
+  if hf_checkpoint and not base_dir and c.model.path and pathlib.Path(c.model.path) != pathlib.Path(hf_checkpoint):
+    base_dir = c.model.path
+  policy, base = runner.build_policies(c, task.tokenizer, mesh, workdir=workdir, hf_checkpoint=hf_checkpoint,
+                                       base_hf_checkpoint=base_dir, step=step,
+                                       need_base=any(m.base_model for m in chosen))
+  result = runner.evaluate_methods(task, c, policy, base, [m.name for m in chosen], sets,
+                                   num_examples=num_examples or None,
+                                   batch_size=batch_size or c.trainer.eval_batch_size, seed=seed)
+  out = pathlib.Path(out_dir) if out_dir else (pathlib.Path(workdir) / "eval" if workdir else pathlib.Path("eval"))
+  settings = {"greedy": True, "num_examples": num_examples or None, "reward_style": c.algorithm.reward_style,
+              "data_source": c.data.source, "max_turns": c.rollout.max_turns,
+              "max_new_tokens_per_turn": c.rollout.max_new_tokens_per_turn, "top_k": c.tool.top_k}
+  paths = report.write_outputs(out, result.summaries, result.records, policy=policy.name,
+                               base_policy=base.name if base is not None else None, settings=settings,
+                               samples_per_dataset=samples_per_dataset)
+  print(report.markdown_report(result.summaries, policy=policy.name,
+                               base_policy=base.name if base is not None else None), flush=True)
+  print(f"wrote {', '.join(str(p) for p in paths.values())}", flush=True)
+  return paths
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  try:
+    run(workdir=_WORKDIR.value, hf_checkpoint=_HF.value, base_hf_checkpoint=_BASE_HF.value, step=_STEP.value,
+        methods=_METHODS.value, datasets=_DATASETS.value, out_dir=_OUT_DIR.value, num_examples=_NUM_EXAMPLES.value,
+        batch_size=_BATCH_SIZE.value, samples_per_dataset=_SAMPLES.value, seed=_SEED.value, config=_CONFIG.value)
+  except ValueError as e:  # a user-fixable problem: one message, no traceback
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+  app.run(main)
