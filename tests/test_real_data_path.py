@@ -64,8 +64,9 @@ def real_setup(shared_data, qwen_tokenizer_dir, tmp_path_factory):
   c.env.max_tool_response_length = 300
   c.rollout.update(dict(max_prompt_length=256, max_response_length=48, max_context_length=304, max_turns=2,
                         max_new_tokens_per_turn=8, max_observation_tokens=32, n_samples=2))
-  c.trainer.update(dict(batch_size=1, total_steps=2, eval_every=2, save_every=1, eval_num_examples=1,
-                        eval_batch_size=1, progress_bar=False, export_hf=False))
+  # Evaluation batches of 2 rows match the training rollout (1 prompt x 2 samples): one set of sampler programs.
+  c.trainer.update(dict(batch_size=1, total_steps=2, eval_every=2, save_every=1, eval_num_examples=2,
+                        eval_batch_size=2, progress_bar=False, export_hf=False))
   c.actor.update(dict(micro_batch_size=1, num_mini_batches=1, lr=1e-3))
   c.sft.enabled = False
   return root, c

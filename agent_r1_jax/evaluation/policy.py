@@ -30,6 +30,8 @@ from agent_r1_jax.trainer import loop
 from agent_r1_jax.trainer.checkpointing import IncompatibleCheckpointError
 
 SamplerFactory = Callable[[RolloutConfig], Any]
+_ARCH_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "tie_word_embeddings")
 
 
 @dataclasses.dataclass
@@ -124,7 +126,7 @@ def _check_shapes(saved: Any, target: Any, where: pathlib.Path, c: config_dict.C
     return
   details = [f"{k}: checkpoint {have[k]}, config {want[k]}" for k in wrong[:4]]
   details += [f"{k}: only in the config" for k in missing[:2]] + [f"{k}: only in the checkpoint" for k in extra[:2]]
-  fields = ", ".join(f"{k}={getattr(arch, k)}" for k in loop._MODEL_FINGERPRINT_FIELDS)  # pylint: disable=protected-access
+  fields = ", ".join(f"{k}={getattr(arch, k)}" for k in _ARCH_FIELDS)
   raise IncompatibleCheckpointError(
       f"the policy checkpoint {where} does not match the model config ({fields}): "
       + "; ".join(details) + f" ({len(wrong) + len(missing) + len(extra)} parameters differ). Evaluate with the "
@@ -177,14 +179,16 @@ def workdir_policy(workdir: str | pathlib.Path, c: config_dict.ConfigDict, token
 
 def hf_policy(path: str | pathlib.Path, c: config_dict.ConfigDict, tokenizer: Any, mesh: Any,
               samplers: SamplerCache) -> Policy:
-  """A Hugging Face checkpoint directory; its vocabulary must cover the task's tokenizer."""
-  model = load_hf_checkpoint(path, dtype=c.model.param_dtype, compute_dtype=c.model.compute_dtype, mesh=mesh,
-                             remat=c.model.remat)
-  graphdef, params = nnx.split(model)
-  arch = model.config if hasattr(model, "config") else Qwen2Config.from_pretrained_dir(path)
+  """A Hugging Face checkpoint directory; its vocabulary must cover the task's tokenizer (checked first)."""
+  if not pathlib.Path(path).is_dir():
+    raise ValueError(f"Hugging Face checkpoint directory {path} not found")
+  arch = Qwen2Config.from_pretrained_dir(path)
   if len(tokenizer) > arch.vocab_size:
     raise IncompatibleCheckpointError(
         f"the checkpoint {path} has vocab_size={arch.vocab_size} but the task's tokenizer has {len(tokenizer)} "
         f"tokens; evaluate it with the tokenizer it was trained with (--config.model.tokenizer_path, or the "
         f"config of the run that produced it)")
+  model = load_hf_checkpoint(path, dtype=c.model.param_dtype, compute_dtype=c.model.compute_dtype, mesh=mesh,
+                             remat=c.model.remat)
+  graphdef, params = nnx.split(model)
   return Policy(name=str(path), graphdef=graphdef, params=params, arch=arch, make_sampler=samplers.factory(graphdef))
