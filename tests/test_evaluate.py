@@ -379,3 +379,19 @@ def test_unprepared_dataset_and_unknown_method_raise_one_clear_error(setup, tmp_
     datasets_lib.select_datasets(real, ["musique"])
   with pytest.raises(ValueError, match=r"unknown method\(s\) \['rag'\]"):
     methods_lib.get_methods(["agent", "rag"])
+
+
+def test_single_turn_prompt_width_fits_the_longest_prompt_or_says_what_to_lower(setup):
+  c, task = setup
+  tok = task.tokenizer
+  short, long_ = "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n", "word " * 100
+  n_long = len(tok(long_, add_special_tokens=False)["input_ids"])
+  limits = methods_lib.rollout_limits(methods_lib.METHODS["naive_rag"], c, tok, [short, long_])
+  assert limits.max_turns == 1 and limits.max_response_length == c.rollout.max_new_tokens_per_turn
+  assert limits.max_prompt_length >= n_long and limits.max_prompt_length % 64 == 0
+  assert limits.max_prompt_length < n_long + 64 or limits.max_prompt_length == c.rollout.max_prompt_length
+  assert methods_lib.rollout_limits(methods_lib.METHODS["agent"], c, tok, [short]) == loop.rollout_config(c, tok)
+  small = _config()
+  small.rollout.max_context_length = n_long
+  with pytest.raises(ValueError, match=r"naive_rag prompt has \d+ tokens.*Lower --config.tool.top_k"):
+    methods_lib.rollout_limits(methods_lib.METHODS["naive_rag"], small, tok, [long_])
