@@ -26,6 +26,8 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (metrics, checkpo
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  from agent_r1_jax.distributed import maybe_initialize  # pylint: disable=import-outside-toplevel
+  maybe_initialize()  # multi-host pods: before anything touches a JAX backend; a no-op for one process
   config = _CONFIG.value
   if not config.dry_run and not _WORKDIR.value:
     raise app.UsageError("--workdir is required (a directory for metrics, checkpoints and the HF export)")

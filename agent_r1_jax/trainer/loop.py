@@ -8,8 +8,8 @@ One step:
   -> metrics -> periodic evaluation and checkpoint.
 
 State that a checkpoint holds: actor params + AdamW state, critic params + state (PPO), the frozen reference
-(when a KL term is on and the reference is not a file on disk), the PRNG key, the data iterator position, the
-KL controller's coefficient and the warm-up evaluation. Step `s`'s randomness is `fold_in(key, s)`, so a
+(when a KL term is on: after a supervised warm-up it exists nowhere else), the PRNG key, the data iterator
+position, the KL controller's coefficient and the held-out evaluation before RL. Step `s`'s randomness is `fold_in(key, s)`, so a
 resumed run replays exactly what an uninterrupted one does (tested).
 """
 
