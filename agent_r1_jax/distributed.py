@@ -80,8 +80,8 @@ def _detect_cluster(environ: Mapping[str, str]) -> str | None:
     tasks = environ.get("SLURM_STEP_NUM_TASKS", environ["SLURM_NTASKS"])
     if tasks.isdigit() and int(tasks) > 1:
       return "slurm"
-  if "OMPI_MCA_orte_hnp_uri" in environ and environ.get("OMPI_COMM_WORLD_SIZE", "1").isdigit() and int(
-      environ.get("OMPI_COMM_WORLD_SIZE", "1")) > 1:
+  ranks = environ.get("OMPI_COMM_WORLD_SIZE", "1")
+  if "OMPI_MCA_orte_hnp_uri" in environ and ranks.isdigit() and int(ranks) > 1:
     return "ompi"
   workers = environ.get("TPU_PROCESS_ADDRESSES") or environ.get("TPU_WORKER_HOSTNAMES") or ""
   if len([w for w in workers.split(",") if w.strip()]) > 1:
