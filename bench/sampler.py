@@ -58,14 +58,22 @@ def prompts(batch, lo, hi, vocab, seed=0):
   return ids, mask
 
 
-def timed(fn, repeats=1):
-  fn()  # warm-up: compilation / first-call allocation
-  best = float("inf")
+def timed_pair(fn_a, fn_b, repeats=1):
+  """Best-of-`repeats` wall time of two callables, measured alternately (a, b, a, b, ...).
+
+  Alternating keeps both sides under the same background load on a shared machine; each is warmed up
+  once first (compilation, first-call allocation).
+  """
+  out_a, out_b = fn_a(), fn_b()
+  best_a = best_b = float("inf")
   for _ in range(repeats):
     start = time.perf_counter()
-    out = fn()
-    best = min(best, time.perf_counter() - start)
-  return best, out
+    out_a = fn_a()
+    best_a = min(best_a, time.perf_counter() - start)
+    start = time.perf_counter()
+    out_b = fn_b()
+    best_b = min(best_b, time.perf_counter() - start)
+  return (best_a, out_a), (best_b, out_b)
 
 
 def throughput(name, hf, ids, mask, new_tokens, repeats):
@@ -92,8 +100,7 @@ def throughput(name, hf, ids, mask, new_tokens, repeats):
                          max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                          pad_token_id=PAD % vocab, eos_token_id=None)
 
-  t_ours, seg = timed(ours, repeats)
-  t_hf, out = timed(theirs, repeats)
+  (t_ours, seg), (t_hf, out) = timed_pair(ours, theirs, repeats)
   n_ours = int(seg.lengths.sum())
   n_hf = int(out[:, ids.shape[1]:].numel())
   agree = float((seg.tokens == out[:, ids.shape[1]:].numpy()).mean())
@@ -149,8 +156,7 @@ def episode(graphdef, params, vocab, *, batch, prompt_len, turns, action_tokens,
           contexts[i] += observations[t][i]
     return total
 
-  t_cont, n_cont = timed(continued, repeats)
-  t_full, n_full = timed(reprefill, repeats)
+  (t_cont, n_cont), (t_full, n_full) = timed_pair(continued, reprefill, repeats)
   print(f"episode ({turns} turns, batch {batch}, prompt {prompt_len}, {action_tokens} action + "
         f"{obs_tokens} observation tokens/turn): continuation {t_cont:.2f} s ({n_cont} tokens) | "
         f"re-prefill {t_full:.2f} s ({n_full} tokens) | speed-up {t_full / t_cont:5.2f}x",

@@ -22,7 +22,8 @@ VOCAB = 96
 
 
 def make_hf_checkpoint(path: pathlib.Path, *, tie: bool, heads: int, kv_heads: int,
-                       hidden: int = 64, layers: int = 2, seed: int = 0) -> transformers.Qwen2ForCausalLM:
+                       hidden: int = 64, layers: int = 2,
+                       seed: int = 0) -> transformers.Qwen2ForCausalLM:
   """A transformers Qwen2 with every weight (biases and norms too) random, saved to `path`."""
   torch.manual_seed(seed)
   cfg = transformers.Qwen2Config(

@@ -153,7 +153,8 @@ def _open_checkpoint(path: pathlib.Path) -> Callable[[str], tuple[SafetensorsFil
       return None
     f = open_file(names[name])
     if name not in f.names():
-      raise CheckpointError(f"{f.path}: tensor {name!r} is listed in the index but missing from the file")
+      raise CheckpointError(f"{f.path}: tensor {name!r} is listed in the index but missing from "
+                            "the file")
     return f, name
 
   lookup.names = names  # type: ignore[attr-defined]

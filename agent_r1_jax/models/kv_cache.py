@@ -1,8 +1,8 @@
 """Preallocated key/value cache shared by prefill, incremental prefill and decode.
 
-Layout: `k`, `v` are `[layers, batch, max_length, kv_heads, head_dim]`. Slots are filled left to right
-per row; `cursor[b]` is the next free slot of row b and every slot at or beyond it is invalid, so rows can
-be at different lengths (multi-turn continuation appends a different number of tokens per row).
+Layout: `k`, `v` are `[layers, batch, max_length, kv_heads, head_dim]`. Slots are filled left to
+right per row; `cursor[b]` is the next free slot of row b and every slot at or beyond it is invalid, so
+rows can be at different lengths (multi-turn continuation appends a different number of tokens per row).
 `valid[b, s]` marks slots holding a real token (left padding of a prompt occupies slots that stay
 invalid). `lengths[b]` counts the real tokens, which is also the RoPE position of the next token.
 Attention from a query in slot q may use key slot s iff `valid[b, s] and s <= q`: slots are written in

@@ -139,7 +139,8 @@ def compiled_programs() -> int:
   The jitted functions are shared by all `Sampler`s, so samplers over the same model and shapes reuse
   each other's programs; count one rollout's compilations as a difference.
   """
-  return sum(f._cache_size() for f in (_prefill_jit, _extend_jit, _decode_jit))  # pylint: disable=protected-access
+  jitted = (_prefill_jit, _extend_jit, _decode_jit)
+  return sum(f._cache_size() for f in jitted)  # pylint: disable=protected-access
 
 
 class Sampler:
