@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import safetensors
 import torch
 import transformers
 from flax import nnx
@@ -131,6 +132,30 @@ def test_sharded_index_round_trip(ckpt, tmp_path):
                              atol=1e-4, rtol=0)
   ours = run(load_hf_checkpoint(tmp_path), ids, mask)
   np.testing.assert_allclose(ours[real], hf_logits(hf, ids, mask)[real], atol=1e-4, rtol=0)
+
+
+def test_bfloat16_checkpoint_files(ckpt, tmp_path):
+  """Real Qwen2.5 checkpoints are stored in bfloat16: read them, and write them back as bfloat16."""
+  path, _ = ckpt
+  transformers.Qwen2ForCausalLM.from_pretrained(path, dtype=torch.bfloat16).save_pretrained(
+      tmp_path / "bf16")
+  hf_bf16 = transformers.Qwen2ForCausalLM.from_pretrained(tmp_path / "bf16", dtype=torch.bfloat16)
+  # The same (bf16-representable) weights, computed in float32.
+  hf_ref = transformers.Qwen2ForCausalLM.from_pretrained(tmp_path / "bf16",
+                                                         dtype=torch.float32).eval()
+  ids, mask = batch(seed=8)
+  real = mask.astype(bool)
+  ours = run(load_hf_checkpoint(tmp_path / "bf16"), ids, mask)
+  np.testing.assert_allclose(ours[real], hf_logits(hf_ref, ids, mask)[real], atol=1e-4, rtol=0)
+  save_hf_checkpoint(load_hf_checkpoint(tmp_path / "bf16", dtype="bfloat16"), tmp_path / "out")
+  cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+  assert cfg["dtype"] == "bfloat16"
+  with safetensors.safe_open(tmp_path / "out" / "model.safetensors", "pt") as f:
+    assert {f.get_slice(n).get_dtype() for n in f.keys()} == {"BF16"}
+  reloaded = transformers.Qwen2ForCausalLM.from_pretrained(tmp_path / "out", dtype=torch.bfloat16)
+  expected = hf_bf16.state_dict()
+  for name, tensor in reloaded.state_dict().items():
+    assert tensor.dtype == torch.bfloat16 and torch.equal(tensor, expected[name]), name
 
 
 @pytest.mark.parametrize("shape", [dict(data=2, fsdp=2, tensor=2), dict(data=1, fsdp=8, tensor=1)])
