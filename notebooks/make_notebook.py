@@ -19,7 +19,7 @@ WORKDIR = "runs/grpo_tiny"
 
 CELLS: list[tuple[str, str]] = [
     ("markdown", """
-# agent_r1_jax: a tool-using agent trained with RL, end to end, in a few minutes
+# agent_r1_jax: a tool-using agent trained with RL, end to end, at toy scale
 
 This notebook runs the whole Agent-R1 pipeline (arXiv:2511.14460) at toy scale with the `tiny` preset:
 
@@ -32,8 +32,9 @@ This notebook runs the whole Agent-R1 pipeline (arXiv:2511.14460) at toy scale w
    advantages, clipped policy-gradient update);
 4. plots `metrics.jsonl` and prints one **sampled trajectory** with actions and observations marked.
 
-It runs on a CPU runtime; a GPU/TPU runtime only makes it faster. For real results raise
-`--config.sft.steps` (default 300) and `--config.trainer.total_steps` (default 30).
+It runs on a CPU runtime; a GPU/TPU runtime only makes it faster. The settings below only demonstrate the
+pipeline: for a policy that actually searches and answers, use the preset's defaults
+(`--config.sft.steps=300 --config.trainer.total_steps=30`).
 """),
     ("markdown", """
 ## 1. Install
@@ -114,6 +115,10 @@ Warm-up on 20 batches of expert trajectories, then 2 RL steps of 8 prompts x 5 s
 `{WORKDIR}/metrics.jsonl`, checkpoints, `samples.jsonl` (scored held-out episodes), `summary.json`, `curves.png`
 and an HF export. Rerunning with the same `--workdir` resumes instead of starting over (delete the folder to
 start again).
+
+Twenty warm-up steps are too few for the model to learn the answer format, so expect rewards of -1 and EM 0:
+every sample of a prompt then has the same reward, GRPO's group-relative advantages are all zero and the
+policy-gradient loss is 0. On 2 CPU cores shared with other jobs this cell took about 20 minutes.
 """),
     ("code", f"""
 !python -m agent_r1_jax.train --config=configs/grpo_multihopqa.py:tiny --workdir={WORKDIR} \\
@@ -128,19 +133,24 @@ import matplotlib.pyplot as plt
 
 workdir = pathlib.Path("{WORKDIR}")
 rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-print(f"{{len(rows)}} logged steps; keys of step 1:", sorted(rows[0]))
+print(f"{{len(rows)}} logged steps, {{len(rows[0])}} metrics per step")
 panels = [("reward", "train reward"), ("em", "train EM"), ("rollout/tool_calls_mean", "tool calls / episode"),
           ("actor/pg_loss", "policy-gradient loss"), ("actor/entropy", "entropy"), ("actor/kl_loss", "KL to reference")]
 panels = [(k, t) for k, t in panels if any(r.get(k) is not None for r in rows)]
-fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 2.8), squeeze=False)
-for ax, (key, title) in zip(axes[0], panels):
+fig, axes = plt.subplots(2, 3, figsize=(10, 5.2))
+for ax in axes.flat[len(panels):]:
+  ax.axis("off")
+for ax, (key, title) in zip(axes.flat, panels):
   points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
   ax.plot(*zip(*points), marker="o")
   ax.set_title(title)
   ax.set_xlabel("RL step")
 fig.tight_layout()
 plt.show()
-print(json.dumps(json.loads((workdir / "summary.json").read_text()), indent=1)[:1500])
+summary = json.loads((workdir / "summary.json").read_text())
+for phase in ("before_rl", "after_rl"):
+  for source, m in summary[phase].items():
+    print(f"{{phase:9s}} {{source}}: " + ", ".join(f"{{k}}={{m[k]:.3f}}" for k in ("em", "f1", "format", "tool_calls")))
 """),
     ("code", f"""
 import html
