@@ -60,9 +60,12 @@ export JAX_NUM_PROCESSES="$NUM_PROCESSES"
 if [[ -n "${DEVICES_PER_PROCESS:-}" ]]; then
   export XLA_FLAGS="${XLA_FLAGS:-} --xla_force_host_platform_device_count=${DEVICES_PER_PROCESS}"
 fi
-# gRPC would send the loopback coordinator traffic through an HTTP proxy if one is configured.
-export NO_PROXY="127.0.0.1,localhost${NO_PROXY:+,$NO_PROXY}"
-export no_proxy="$NO_PROXY"
+# gRPC would send the loopback coordinator traffic through an HTTP proxy if one is configured. (Only then:
+# JAX warns about any *_proxy variable, this one included.)
+if env | grep -qiE '^(https?|grpc)_proxy='; then
+  export NO_PROXY="127.0.0.1,localhost${NO_PROXY:+,$NO_PROXY}"
+  export no_proxy="$NO_PROXY"
+fi
 
 pids=()
 stop_all() {
