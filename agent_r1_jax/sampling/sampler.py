@@ -8,6 +8,12 @@ Three jitted programs, all taking the model as `(graphdef static, params pytree)
            hit a stop token or its budget.
 Cache and logits are donated to extend/decode. Shapes are bucketed (see `buckets`), so a multi-turn
 rollout compiles a small fixed set of programs; all input validation happens on the host first.
+
+Multi-host: each process passes only its local rows; every static size is derived from values all processes
+agree on (a caller-given `width` / `extend_length`, else one small cross-process max per call, see
+`multihost`), and a call whose local rows do nothing (all budgets 0, no observation tokens) still runs the
+same program, so every process issues the same sequence of jitted calls. With one process nothing is
+communicated and the sizes are the local ones.
 """
 
 from __future__ import annotations
@@ -19,12 +25,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 
 from agent_r1_jax.models.config import Qwen2Config
 from agent_r1_jax.models.kv_cache import KVCache
-from agent_r1_jax.models.sharding import LOGICAL_RULES, logical_to_spec
-from agent_r1_jax.sampling import buckets
+from agent_r1_jax.sampling import buckets, multihost
 from agent_r1_jax.sampling.params import SamplingParams, StopReason
 from agent_r1_jax.sampling.sample import sample_tokens
 
@@ -34,10 +39,11 @@ class SamplerState:
   """Device cache + next-token logits, plus host-side bookkeeping used for validation.
 
   Attributes:
-    cache: the KV cache (`[L, Bb, S, K, hd]`), Bb = batch bucket.
-    last_logits: float32 `[Bb, V]`, logits of each row's next token.
-    batch_size: B, the caller's rows (rows >= B are padding).
+    cache: the KV cache (`[L, Bb * processes, S, K, hd]`), Bb = batch bucket of the local rows.
+    last_logits: float32 `[Bb * processes, V]`, logits of each row's next token.
+    batch_size: B, this process's rows (local rows >= B are padding).
     prompt_width: Pb, slots the (bucketed, left-padded) prompt occupies.
+    host_lengths, host_cursor: int32 `[Bb]`, this process's real tokens / next free slot per row.
   """
 
   cache: KVCache
@@ -55,7 +61,8 @@ class SamplerState:
 
 @dataclasses.dataclass(frozen=True)
 class Segment:
-  """One decode segment (numpy). W = max budget of the call.
+  """One decode segment of this process's rows (numpy). W = the call's width: the max budget over all
+  processes, or the caller's `width`; 0 when no row samples.
 
   tokens int32 `[B, W]` (pad_id after each row's length), logprobs float32 `[B, W]` (0 after length),
   lengths int32 `[B]` (a sampled stop token counts), stop_reasons int32 `[B]` (`StopReason`).
@@ -184,13 +191,20 @@ class Sampler:
   # -- public API ------------------------------------------------------------------------------
 
   def prefill(self, params, prompt_ids, prompt_mask) -> SamplerState:
-    """Encodes left-padded prompts `[B, P]` (mask 1 = real) into a fresh cache."""
+    """Encodes left-padded prompts `[B, P]` (mask 1 = real) into a fresh cache.
+
+    Every process must pass the same B; the prompt bucket comes from the largest P of any process.
+    """
     ids = np.asarray(prompt_ids)
     mask = np.asarray(prompt_mask)
     self._check_prompts(ids, mask)
     b, p = ids.shape
+    most_b, most_p, least_b = multihost.agreed_max([b, p, -b])
+    if most_b != -least_b:
+      raise ValueError(f"processes pass different batch sizes ({-least_b} to {most_b} rows); every process "
+                       "must prefill the same number of rows")
     bb = buckets.batch_bucket(b)
-    pb = min(buckets.prompt_bucket(p), self.max_cache_length)
+    pb = min(buckets.prompt_bucket(int(most_p)), self.max_cache_length)
     pad_ids = np.full((bb, pb), self.pad_id, np.int32)
     pad_mask = np.zeros((bb, pb), np.int32)
     pad_ids[:b, pb - p:] = ids
@@ -203,37 +217,78 @@ class Sampler:
     return SamplerState(cache, logits, b, pb, lengths, cursor)
 
   def decode(self, params, state: SamplerState, budgets, sampling: SamplingParams,
-             rng: jax.Array) -> tuple[SamplerState, Segment]:
-    """Samples one segment per row: until a stop token or `budgets[b]` tokens (0 = inactive)."""
+             rng: jax.Array, *, width: int | None = None) -> tuple[SamplerState, Segment]:
+    """Samples one segment per row: until a stop token or `budgets[b]` tokens (0 = inactive).
+
+    All-zero budgets are a valid call: it runs the same program (the loop exits at once), changes nothing
+    and returns an empty segment, so a process whose rows have finished keeps step with the others.
+
+    Args:
+      width: the segment width every process agrees on (>= every budget on every process), e.g. the
+        rollout's max new tokens per turn; default: the max budget over all processes (one small
+        cross-process reduction when there are several).
+    """
     budgets = self._check_budgets(state, budgets)
     if not isinstance(sampling, SamplingParams):
       raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
-    width = int(budgets.max())
-    bb = state.cache.batch_size
-    padded = np.zeros((bb,), np.int32)
+    width = self._agreed_size("width", width, int(budgets.max()))
+    return self._decode(params, state, budgets, sampling, rng, width)
+
+  def extend(self, params, state: SamplerState, tokens: Sequence[Sequence[int]], *,
+             extend_length: int | None = None) -> SamplerState:
+    """Appends per-row tokens (ragged; empty = nothing for that row) with an incremental prefill.
+
+    Args:
+      extend_length: the longest row over all processes, agreed by the caller; default: computed with one
+        small cross-process reduction (when there are several). When it is 0 no program runs on any process;
+        otherwise every process runs the same one, also with no local tokens (a no-op for its rows).
+    """
+    rows = self._check_extension(state, tokens)
+    extend_length = self._agreed_size("extend_length", extend_length, max(len(r) for r in rows))
+    return self._extend(params, state, rows, extend_length)
+
+  def continue_(self, params, state: SamplerState, tokens: Sequence[Sequence[int]], budgets,
+                sampling: SamplingParams, rng: jax.Array, *, width: int | None = None,
+                extend_length: int | None = None) -> tuple[SamplerState, Segment]:
+    """`extend` with the observation tokens, then `decode` the next segment (one agreement for both)."""
+    rows = self._check_extension(state, tokens)
+    budgets = self._check_budgets(state, budgets, extra=[len(t) for t in rows])
+    if not isinstance(sampling, SamplingParams):
+      raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+    longest, most = max(len(r) for r in rows), int(budgets.max())
+    if width is None and extend_length is None:
+      extend_length, width = (int(v) for v in multihost.agreed_max([longest, most]))
+    extend_length = self._agreed_size("extend_length", extend_length, longest)
+    width = self._agreed_size("width", width, most)
+    state = self._extend(params, state, rows, extend_length)
+    return self._decode(params, state, budgets, sampling, rng, width)
+
+  # -- helpers ---------------------------------------------------------------------------------
+
+  def _decode(self, params, state: SamplerState, budgets: np.ndarray, sampling: SamplingParams,
+              rng: jax.Array, width: int) -> tuple[SamplerState, Segment]:
+    padded = np.zeros(state.host_lengths.shape, np.int32)  # [Bb]: padding rows are inactive
     padded[:state.batch_size] = budgets
     cache, logits, tokens, logprobs, count, reason = self._run(
         _decode_jit, self.graphdef, params, state.cache, state.last_logits, self._batch(padded),
-        jnp.asarray(self._stop_ids), rng, sampling=sampling,
+        self._replicated(self._stop_ids), self._replicated(rng), sampling=sampling,
         width=buckets.segment_bucket(width), pad_id=self.pad_id)
-    count = np.asarray(count)
     b = state.batch_size
-    seg = Segment(tokens=np.asarray(tokens)[:b, :width], logprobs=np.asarray(logprobs)[:b, :width],
-                  lengths=count[:b].copy(), stop_reasons=np.asarray(reason)[:b].copy())
+    count = multihost.local_rows(count)
+    seg = Segment(tokens=multihost.local_rows(tokens)[:b, :width],
+                  logprobs=multihost.local_rows(logprobs)[:b, :width],
+                  lengths=count[:b].copy(), stop_reasons=multihost.local_rows(reason)[:b].copy())
     new = SamplerState(cache, logits, b, state.prompt_width, state.host_lengths + count,
                        state.host_cursor + count)
     return new, seg
 
-  def extend(self, params, state: SamplerState, tokens: Sequence[Sequence[int]]) -> SamplerState:
-    """Appends per-row tokens (ragged; empty = nothing for that row) with an incremental prefill."""
-    rows = self._check_extension(state, tokens)
-    longest = max(len(r) for r in rows)
-    if longest == 0:
+  def _extend(self, params, state: SamplerState, rows: list[list[int]], extend_length: int
+              ) -> SamplerState:
+    if extend_length == 0:
       return state
-    bb = state.cache.batch_size
-    tb = buckets.extend_bucket(longest)
-    ids = np.full((bb, tb), self.pad_id, np.int32)
-    mask = np.zeros((bb, tb), np.int32)
+    tb = buckets.extend_bucket(extend_length)
+    ids = np.full((state.host_lengths.shape[0], tb), self.pad_id, np.int32)
+    mask = np.zeros(ids.shape, np.int32)
     for i, row in enumerate(rows):
       ids[i, :len(row)] = row
       mask[i, :len(row)] = 1
@@ -243,13 +298,15 @@ class Sampler:
     return SamplerState(cache, logits, state.batch_size, state.prompt_width,
                         state.host_lengths + n, state.host_cursor + n)
 
-  def continue_(self, params, state: SamplerState, tokens: Sequence[Sequence[int]], budgets,
-                sampling: SamplingParams, rng: jax.Array) -> tuple[SamplerState, Segment]:
-    """`extend` with the observation tokens, then `decode` the next segment."""
-    self._check_budgets(state, budgets, extra=[len(t) for t in self._check_extension(state, tokens)])
-    return self.decode(params, self.extend(params, state, tokens), budgets, sampling, rng)
-
-  # -- helpers ---------------------------------------------------------------------------------
+  @staticmethod
+  def _agreed_size(name: str, given: int | None, local: int) -> int:
+    """The caller's agreed size (checked against this process's need), else the max over processes."""
+    if given is None:
+      return int(multihost.agreed_max([local])[0])
+    if not isinstance(given, (int, np.integer)) or given < local:
+      raise ValueError(f"{name}={given!r} is smaller than this process needs ({local}); pass the max over "
+                       "all processes (or leave it None to compute it)")
+    return int(given)
 
   def _run(self, fn, *args, **kwargs):
     if self.mesh is None:
@@ -258,12 +315,18 @@ class Sampler:
       return fn(*args, **kwargs)
 
   def _batch(self, x: np.ndarray) -> jax.Array:
-    """Host array with a leading batch axis -> device, sharded over (data, fsdp) under a mesh."""
+    """Local host rows `[Bb, ...]` -> device; under a mesh, the global array over every process's rows."""
     if self.mesh is None:
       return jnp.asarray(x)
-    names = ("batch",) + (None,) * (x.ndim - 1)
-    spec = logical_to_spec(x.shape, names, self.mesh, LOGICAL_RULES)
-    return jax.device_put(x, NamedSharding(self.mesh, spec))
+    return multihost.global_rows(x, self.mesh)
+
+  def _replicated(self, x) -> jax.Array:
+    """A value every process passes identically (stop ids, PRNG key) -> replicated on the mesh."""
+    if self.mesh is None:
+      return jnp.asarray(x)
+    if isinstance(x, np.ndarray):
+      return multihost.replicated(x, self.mesh)
+    return jax.device_put(x, jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec()))
 
   def _check_prompts(self, ids: np.ndarray, mask: np.ndarray) -> None:
     if ids.ndim != 2 or mask.shape != ids.shape:
@@ -299,9 +362,6 @@ class Sampler:
                        f"{budgets.dtype} {budgets.shape}")
     if (budgets < 0).any():
       raise ValueError(f"budgets must be >= 0 (0 = row inactive), got {budgets.tolist()}")
-    if not (budgets > 0).any():
-      raise ValueError("every budget is 0, so no row would sample; give active rows a positive "
-                       "budget")
     used = state.host_cursor[:state.batch_size] + (0 if extra is None else np.asarray(extra))
     over = np.flatnonzero(used + budgets > self.max_cache_length)
     if over.size:
