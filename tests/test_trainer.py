@@ -169,3 +169,15 @@ def test_missing_prepared_data_is_one_clear_error(tmp_path):
   c = micro_config("grpo", **{"data.source": "multihopqa", "data.prepared_dir": str(tmp_path / "nowhere")})
   with pytest.raises(ValueError, match="prepare_multihopqa"):
     loop.train(c, tmp_path / "run")
+
+
+@pytest.mark.parametrize("preset", config_lib.PRESETS)
+@pytest.mark.parametrize("algorithm", sorted(config_lib.ALGORITHMS))
+def test_every_shipped_config_is_valid(algorithm, preset):
+  """Each configs/<algo>_multihopqa.py:<preset> passes validation (mini/micro-batch divisibility, masks,
+  estimator needs); real presets are checked as dry runs since they need local weights to train."""
+  c = config_lib.base_config(algorithm, preset)
+  c.dry_run = preset != "tiny"
+  config_lib.validate(c)
+  rows = c.trainer.batch_size * c.rollout.n_samples
+  assert rows % (c.actor.num_mini_batches * c.actor.micro_batch_size) == 0

@@ -177,7 +177,6 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.sft.warmup_steps = 20
   c.sft.weight_decay = 0.0
   c.sft.expert_error_rate = 0.0
-  c.sft.max_length = 512
 
   # ---- mesh --------------------------------------------------------------------------------------------
   c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
@@ -190,8 +189,14 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
 
 
 def _apply_tiny(c: config_dict.ConfigDict) -> None:
-  """CPU-sized settings of the offline default (synthetic world, from-scratch model)."""
-  c.model.compute_dtype = "float32"
+  """CPU-sized settings of the offline default (synthetic world, from-scratch model).
+
+  Sequences are long for a CPU (a 237-token prompt, most of it the Qwen tool block, plus up to 441 response
+  tokens), so attention dominates the cost: the model is 4 x 128 and the budgets are what a 2-core machine
+  runs in well under an hour (measured figures in the README).
+  """
+  c.model.hidden_size = 128
+  c.model.intermediate_size = 384
   c.rollout.max_turns = 4
   c.rollout.max_prompt_length = 256
   c.rollout.max_new_tokens_per_turn = 48
@@ -203,23 +208,21 @@ def _apply_tiny(c: config_dict.ConfigDict) -> None:
   c.actor.lr = 2e-5
   c.actor.warmup_steps = 2
   c.actor.num_mini_batches = 1
-  c.actor.micro_batch_size = 40
-  c.actor.kl_loss_coef = 0.001
-  c.actor.entropy_coef = 0.0
+  c.actor.micro_batch_size = 4
   c.critic.lr = 1e-4
-  c.critic.micro_batch_size = 40
-  c.trainer.batch_size = 8
-  c.trainer.total_steps = 30
+  c.critic.micro_batch_size = 4
+  # 20 rollout rows per step for every algorithm: 4 prompts x 5 samples, or 20 prompts x 1 sample.
+  c.trainer.batch_size = 20 // c.rollout.n_samples
+  c.trainer.total_steps = 20
   c.trainer.eval_every = 10
   c.trainer.save_every = 10
   c.trainer.eval_batch_size = 64
-  c.trainer.eval_num_examples = 128
+  c.trainer.eval_num_examples = 64
   c.sft.enabled = True
-  c.sft.steps = 300
-  c.sft.batch_size = 32
-  c.sft.lr = 1e-3
+  c.sft.steps = 150
+  c.sft.batch_size = 16
+  c.sft.lr = 2e-3
   c.sft.expert_error_rate = 0.0
-  c.sft.max_length = 704
   c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=1, tensor=1))
 
 
