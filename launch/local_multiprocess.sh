@@ -62,7 +62,7 @@ if [[ -n "${DEVICES_PER_PROCESS:-}" ]]; then
 fi
 # gRPC would send the loopback coordinator traffic through an HTTP proxy if one is configured. (Only then:
 # JAX warns about any *_proxy variable, this one included.)
-if env | grep -qiE '^(https?|grpc)_proxy='; then
+if [[ -n "${http_proxy:-}${HTTP_PROXY:-}${https_proxy:-}${HTTPS_PROXY:-}${grpc_proxy:-}${GRPC_PROXY:-}" ]]; then
   export NO_PROXY="127.0.0.1,localhost${NO_PROXY:+,$NO_PROXY}"
   export no_proxy="$NO_PROXY"
 fi
