@@ -113,3 +113,28 @@ def test_value_loss_falls_on_a_fixed_batch():
     params, opt, m = learner.critic_step(params, opt, batch, num_micro=2)
     losses.append(float(m["critic/value_loss"]))
   assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_sft_loss_is_the_mean_nll_of_action_tokens_only():
+  from agent_r1_jax.data.sft import SFTExample  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.trainer import sft  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(4)
+  examples = [SFTExample(rng.integers(1, V, rng.integers(1, P + 1)).astype(np.int32),
+                         rng.integers(1, V, n).astype(np.int32), (rng.random(n) < 0.6).astype(np.int32))
+              for n in (3, 7, 5)]
+  batch = sft.learner_batch(examples, P, R, pad_id=0)
+  model = Qwen2ForCausalLM(_config(), rngs=nnx.Rngs(5))
+  graphdef, params = nnx.split(model)
+  got = float(sft.sft_loss(params, graphdef, {k: jnp.asarray(v) for k, v in batch.items()}))
+  # Reference: each example alone, unpadded, through the full forward; NLL of its action tokens.
+  nll, count = 0.0, 0
+  for ex in examples:
+    ids = np.concatenate([ex.prompt_ids, ex.response_ids])[None]
+    logits = np.asarray(model(jnp.asarray(ids), jnp.ones_like(jnp.asarray(ids))), np.float64)[0]
+    p = len(ex.prompt_ids)
+    for j, (tok, is_action) in enumerate(zip(ex.response_ids, ex.action_mask)):
+      if is_action:
+        row = logits[p + j - 1]
+        nll -= row[tok] - (np.log(np.exp(row - row.max()).sum()) + row.max())
+        count += 1
+  np.testing.assert_allclose(got, nll / count, rtol=1e-5)

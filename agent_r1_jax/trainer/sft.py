@@ -18,28 +18,20 @@ import numpy as np
 import optax
 from flax import nnx
 
+from agent_r1_jax.data.sft import collate
 from agent_r1_jax.trainer import learner as learner_lib
 
 
-def pad_examples(examples: Sequence[Any], prompt_length: int, response_length: int,
-                 pad_id: int) -> dict[str, np.ndarray]:
-  """Stacks `SFTExample`s into the learner layout: `input_ids`/`attention_mask` [B, P+R], masks [B, R]."""
-  b = len(examples)
-  ids = np.full((b, prompt_length + response_length), pad_id, np.int32)
-  attn = np.zeros_like(ids)
-  action = np.zeros((b, response_length), np.float32)
-  for i, ex in enumerate(examples):
-    p, r = len(ex.prompt_ids), len(ex.response_ids)
-    if p > prompt_length or r > response_length:
-      raise ValueError(f"SFT example {ex.example_id!r} has a {p}-token prompt and a {r}-token response; the "
-                       f"run allows {prompt_length} and {response_length} (raise rollout.max_prompt_length / "
-                       f"rollout.max_response_length)")
-    ids[i, prompt_length - p:prompt_length] = ex.prompt_ids
-    attn[i, prompt_length - p:prompt_length] = 1
-    ids[i, prompt_length:prompt_length + r] = ex.response_ids
-    attn[i, prompt_length:prompt_length + r] = 1
-    action[i, :r] = ex.action_mask
-  return {"input_ids": ids, "attention_mask": attn, "responses": ids[:, prompt_length:], "loss_mask": action}
+def learner_batch(examples: Sequence[Any], prompt_length: int, response_length: int,
+                  pad_id: int) -> dict[str, np.ndarray]:
+  """`SFTExample`s in the learner layout: `input_ids`/`attention_mask` [B, P+R], `responses`, `loss_mask`.
+
+  Built on `data.collate` (the rollout's layout); a response longer than R is cut on the right.
+  """
+  c = collate(examples, prompt_length=prompt_length, response_length=response_length, pad_id=pad_id)
+  ids = np.concatenate([c["prompt_ids"], c["response_ids"]], axis=1)
+  return {"input_ids": ids, "attention_mask": np.concatenate([c["prompt_mask"], c["response_mask"]], axis=1),
+          "responses": c["response_ids"], "loss_mask": c["action_mask"].astype(np.float32)}
 
 
 def sft_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: dict[str, jax.Array]) -> jax.Array:
@@ -81,7 +73,7 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
     if len(order) < batch_size:
       order.extend(rng.permutation(len(examples)).tolist())
     chosen, order = order[:batch_size], order[batch_size:]
-    batch = pad_examples([examples[i] for i in chosen], prompt_length, response_length, pad_id)
+    batch = learner_batch([examples[i] for i in chosen], prompt_length, response_length, pad_id)
     params, opt_state, metrics = trainer.step(params, opt_state, batch)
     if log_fn is not None:
       log_fn(step, metrics)
