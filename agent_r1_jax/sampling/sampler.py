@@ -324,9 +324,10 @@ class Sampler:
     """A value every process passes identically (stop ids, PRNG key) -> replicated on the mesh."""
     if self.mesh is None:
       return jnp.asarray(x)
-    if isinstance(x, np.ndarray):
-      return multihost.replicated(x, self.mesh)
-    return jax.device_put(x, jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec()))
+    if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):  # typed key: move its raw data, rewrap
+      data = multihost.replicated(np.asarray(jax.random.key_data(x)), self.mesh)
+      return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+    return multihost.replicated(np.asarray(x), self.mesh)
 
   def _check_prompts(self, ids: np.ndarray, mask: np.ndarray) -> None:
     if ids.ndim != 2 or mask.shape != ids.shape:
