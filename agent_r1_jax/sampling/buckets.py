@@ -4,7 +4,10 @@ Policy (each size is rounded up to a power of two, with a floor):
   batch      B -> max(1, 2^ceil(log2 B))            (extra rows are inactive padding)
   prompt     P -> max(16, 2^ceil(log2 P))           (extra columns are left padding)
   extension  T -> max(8, 2^ceil(log2 T))            (observation tokens, right padded)
-  segment    S -> max(8, 2^ceil(log2 max budget))   (output buffer of one decode segment)
+  segment    S -> max(8, 2^ceil(log2 W))            (output buffer of one decode segment; W = the
+                                                     call's width, by default its max budget)
+Multi-host: P, T and the width are the max over all processes (or a size the caller says they agree on),
+and B is the same on every process, so every process compiles and calls the same programs.
 The KV cache has exactly `max_cache_length` slots (one static size per sampler).
 
 Cache capacity rule: a row uses bucket(P) slots for its prompt (left padding occupies slots), then one

@@ -159,7 +159,8 @@ class Sampler:
     stop_token_ids: ids that end a row's segment (e.g. `<|im_end|>`, `</tool_call>`).
     pad_id: id written after a row's end in returned tokens and used for padding inputs.
     cache_dtype: dtype of cached keys/values.
-    mesh: run under this mesh: batch over (data, fsdp), KV heads over tensor, cache alike.
+    mesh: run under this mesh: batch over (data, fsdp), KV heads over tensor, cache alike. It may span
+      processes (multi-controller JAX): each process then passes and gets back only its own rows.
     config: the model config (found in `graphdef` when omitted).
   """
 
