@@ -112,7 +112,8 @@ def _worker_env(process_id: int, port: int) -> dict[str, str]:
 
 def test_processes_finishing_at_different_turns_step_together(tmp_path):
   port = _free_port()
-  logs = [open(tmp_path / f"worker_{i}.log", "w+", encoding="utf-8") for i in range(NUM_PROCESSES)]  # pylint: disable=consider-using-with
+  # pylint: disable-next=consider-using-with
+  logs = [open(tmp_path / f"worker_{i}.log", "w+", encoding="utf-8") for i in range(NUM_PROCESSES)]
   procs = [subprocess.Popen([sys.executable, __file__, str(tmp_path)], env=_worker_env(i, port), stdout=log,
                             stderr=subprocess.STDOUT, cwd=REPO_ROOT) for i, log in enumerate(logs)]
   deadline = time.monotonic() + WORKER_TIMEOUT_S
