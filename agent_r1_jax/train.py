@@ -12,6 +12,7 @@ Writes `DIR/metrics.jsonl` (one JSON object per step), TensorBoard events, check
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 
 from absl import app, flags
@@ -34,7 +35,9 @@ def main(argv: list[str]) -> None:
   from agent_r1_jax.trainer.loop import train  # pylint: disable=import-outside-toplevel
   try:
     train(config, _WORKDIR.value)
-  except ValueError as e:  # a user-fixable problem: one message, no traceback
+  except ValueError as e:  # a user-fixable problem: one message, no traceback (AGENT_R1_DEBUG=1 shows it)
+    if os.environ.get("AGENT_R1_DEBUG"):
+      raise
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
 

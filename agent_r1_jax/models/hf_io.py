@@ -266,12 +266,12 @@ def save_hf_checkpoint(model: Qwen2ForCausalLM, path: str | pathlib.Path, *,
                        max_shard_bytes: int = 4 << 30) -> None:
   """Writes `config.json` + `model.safetensors` (or shards + index) that transformers loads.
 
-  Tensors keep the parameter dtype. Arrays are gathered to the host one at a time.
+  Tensors keep the parameter dtype. Arrays are gathered to the host one at a time. Under multi-host JAX every
+  process must call this (the gathers are collective); only process 0 writes files.
   """
   if not isinstance(model, Qwen2ForCausalLM):
     raise TypeError(f"save_hf_checkpoint exports a Qwen2ForCausalLM, got {type(model).__name__}")
   path = pathlib.Path(path)
-  path.mkdir(parents=True, exist_ok=True)
   config = model.config
   tensors: dict[str, np.ndarray] = {}
   param_dtype = None
@@ -282,6 +282,9 @@ def save_hf_checkpoint(model: Qwen2ForCausalLM, path: str | pathlib.Path, *,
     hf_shape = _hf_shape(value.shape, layout)
     hf = value.reshape(hf_shape[::-1] if layout.transpose else hf_shape)
     tensors[layout.hf_name] = np.ascontiguousarray(hf.T if layout.transpose else hf)
+  if jax.process_index() != 0:
+    return
+  path.mkdir(parents=True, exist_ok=True)
   hf_config = config.to_hf_dict()
   hf_config["dtype"] = {np.dtype(jnp.bfloat16): "bfloat16",
                         np.dtype(np.float16): "float16"}.get(np.dtype(param_dtype), "float32")

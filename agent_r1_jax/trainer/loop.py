@@ -192,8 +192,10 @@ class RLTrainer:
     self.c = c
     self.workdir = pathlib.Path(workdir)
     self.workdir.mkdir(parents=True, exist_ok=True)
-    # The run's full config, so `agent_r1_jax.evaluate --workdir` can rebuild the same task and model.
-    (self.workdir / "config.json").write_text(c.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+    self.is_chief = jax.process_index() == 0  # the one process that writes files (multi-host)
+    if self.is_chief:
+      # The run's full config, so `agent_r1_jax.evaluate --workdir` can rebuild the same task and model.
+      (self.workdir / "config.json").write_text(c.to_json_best_effort(indent=2, sort_keys=True) + "\n")
     self.task = task_lib.build_task(c)
     tok = self.task.tokenizer
     self.mesh = build_mesh(c)
@@ -205,8 +207,6 @@ class RLTrainer:
     self.sampling = SamplingParams(temperature=c.rollout.temperature, top_k=c.rollout.top_k, top_p=c.rollout.top_p)
     self.greedy = SamplingParams(greedy=True)
     a, cr = c.actor, c.critic
-    rows = c.trainer.batch_size * c.rollout.n_samples
-    self.mini_rows = rows // a.num_mini_batches
     updates_per_step = a.ppo_epochs * a.num_mini_batches
     actor_tx = learner_lib.make_optimizer(lr=a.lr, warmup_steps=a.warmup_steps * updates_per_step,
                                           weight_decay=a.weight_decay, grad_clip=a.grad_clip,
@@ -232,7 +232,8 @@ class RLTrainer:
         self.actor_graphdef, actor_tx, actor_cfg, critic_graphdef=critic_graphdef, critic_tx=critic_tx,
         critic_cfg=learner_lib.CriticLossConfig(clip_range_value=cr.clip_range_value,
                                                 loss_agg_mode=cr.loss_agg_mode))
-    self.state = state
+    self.replicated = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+    self.state = self._on_mesh(state)
     self.kl_ctrl = rl.make_kl_controller(c.algorithm.kl_ctrl, c.algorithm.kl_coef, c.algorithm.target_kl,
                                          c.algorithm.kl_horizon)
     self.adv_params = rl.AdvantageParams(gamma=c.algorithm.gamma, lam=c.algorithm.lam,
@@ -242,9 +243,20 @@ class RLTrainer:
     self.data_iter = example_iterator(self.task.train, batch_size=c.trainer.batch_size, seed=c.data.shuffle_seed,
                                       shard_index=jax.process_index(), shard_count=jax.process_count())
     self.batch_sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(("data", "fsdp")))
+    self._take_rows = jax.jit(lambda batch, idx: jax.tree.map(lambda v: v[idx], batch),
+                              out_shardings=self.batch_sharding)
     self.checkpointer = Checkpointer(self.workdir / "checkpoints", max_to_keep=c.trainer.max_to_keep)
     self.fingerprint = fingerprint(c, self.arch)
     self.meta: dict[str, Any] = {}
+
+  def _on_mesh(self, tree):
+    """Every leaf as a global array on the mesh: leaves without a mesh sharding (optimizer step counts, the
+    PRNG key) are replicated, which multi-host checkpointing needs (orbax refuses host-local arrays)."""
+    def place(x):
+      if isinstance(x, jax.Array) and isinstance(x.sharding, jax.sharding.NamedSharding):
+        return x
+      return jax.device_put(x, self.replicated)
+    return jax.tree.map(place, tree)
 
   # ---- checkpoints ------------------------------------------------------------------------------------
 
@@ -277,7 +289,7 @@ class RLTrainer:
         prompt_length=c.rollout.max_prompt_length, response_length=c.rollout.max_response_length,
         pad_id=int(self.task.tokenizer.pad_token_id), seed=c.seed, log_fn=log)
     self.state["actor"] = params
-    self.state["actor_opt"] = self.learner.actor_tx.init(params)
+    self.state["actor_opt"] = self._on_mesh(self.learner.actor_tx.init(params))
     if "ref" in self.state:
       self.state["ref"] = _copy(params)
     self.meta["sft_seconds"] = time.perf_counter() - t0
@@ -364,7 +376,8 @@ class RLTrainer:
   def _update(self, step: int, batch: dict[str, jax.Array], key: jax.Array) -> dict[str, Any]:
     """ppo_epochs passes over shuffled mini-batches: critic first, then actor (after critic_warmup)."""
     c = self.c
-    rows = batch["input_ids"].shape[0]
+    rows = batch["input_ids"].shape[0]  # global rows (all processes)
+    mini_rows = rows // c.actor.num_mini_batches
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
 
@@ -376,18 +389,19 @@ class RLTrainer:
     update_actor = step >= c.trainer.critic_warmup
     for epoch in range(c.actor.ppo_epochs):
       perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, 1000 + epoch), rows))
-      for start in range(0, rows, self.mini_rows):
-        idx = jnp.asarray(np.sort(perm[start:start + self.mini_rows]))
-        mini = {k: v[idx] for k, v in batch.items()}
+      for start in range(0, rows, mini_rows):
+        # Every process holds the same permutation; a replicated index keeps the gather a global computation.
+        idx = jax.device_put(np.sort(perm[start:start + mini_rows]), self.replicated)
+        mini = self._take_rows(batch, idx)
         if c.algorithm.use_critic:
           self.state["critic"], self.state["critic_opt"], m = self.learner.critic_step(
               self.state["critic"], self.state["critic_opt"], mini,
-              num_micro=self.mini_rows // c.critic.micro_batch_size)
+              num_micro=mini_rows // c.critic.micro_batch_size)
           record(m)
         if update_actor:
           self.state["actor"], self.state["actor_opt"], m = self.learner.actor_step(
               self.state["actor"], self.state["actor_opt"], mini,
-              num_micro=self.mini_rows // c.actor.micro_batch_size)
+              num_micro=mini_rows // c.actor.micro_batch_size)
           record(m)
     out = {k: sums[k] / counts[k] for k in sums}
     for k in ("actor/skipped", "critic/skipped"):  # counts, not means
@@ -413,12 +427,13 @@ class RLTrainer:
         sft_log.close()
       warm_eval, _ = self.evaluate(self.task.test, max_examples=c.trainer.eval_num_examples)
       self.meta["initial_eval"] = warm_eval
-      reporting.print_eval("held-out evaluation before RL", warm_eval)
+      if self.is_chief:
+        reporting.print_eval("held-out evaluation before RL", warm_eval)
       self._save(0, force=True)
       self.checkpointer.wait()
-    writer = MetricsWriter(self.workdir, start_step=start + 1)
+    writer = MetricsWriter(self.workdir, start_step=start + 1, enabled=self.is_chief)
     preempted = False
-    progress = reporting.progress_bar(c.trainer.total_steps, start, c.trainer.progress_bar)
+    progress = reporting.progress_bar(c.trainer.total_steps, start, c.trainer.progress_bar and self.is_chief)
     with _Preemption() as preemption:
       step = start
       while step < c.trainer.total_steps:
@@ -455,14 +470,16 @@ class RLTrainer:
     c = self.c
     final_eval, records = self.evaluate(self.task.test, max_examples=c.trainer.eval_num_examples)
     summary = {"before_rl": self.meta.get("initial_eval", {}), "after_rl": final_eval}
-    (self.workdir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    reporting.write_samples(self.workdir / "samples.jsonl", records[:50])
-    print(reporting.summary_table(summary))
-    reporting.plot_curves(self.workdir)
+    if self.is_chief:
+      (self.workdir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+      reporting.write_samples(self.workdir / "samples.jsonl", records[:50])
+      print(reporting.summary_table(summary))
+      reporting.plot_curves(self.workdir)
     if c.trainer.export_hf:
       model = nnx.merge(self.actor_graphdef, self.state["actor"])
-      save_hf_checkpoint(model, self.workdir / "hf_export")
-      self.task.tokenizer.save_pretrained(str(self.workdir / "hf_export"))
+      save_hf_checkpoint(model, self.workdir / "hf_export")  # collective gathers; process 0 writes
+      if self.is_chief:
+        self.task.tokenizer.save_pretrained(str(self.workdir / "hf_export"))
     return summary
 
 

@@ -40,12 +40,17 @@ class MetricsWriter:
   after logging but before checkpointing does not leave duplicate or orphaned lines.
   """
 
-  def __init__(self, workdir: str | pathlib.Path, *, start_step: int = 0, tensorboard: bool = True):
+  def __init__(self, workdir: str | pathlib.Path, *, start_step: int = 0, tensorboard: bool = True,
+               enabled: bool = True):
+    """`enabled=False` (every process but the first of a multi-host run) converts metrics, writes nothing."""
     self._path = pathlib.Path(workdir) / "metrics.jsonl"
+    self._file = None
+    self._tb = None
+    if not enabled:
+      return
     self._path.parent.mkdir(parents=True, exist_ok=True)
     self._truncate_from(start_step)
     self._file = self._path.open("a", encoding="utf-8")
-    self._tb = None
     if tensorboard:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
 
@@ -63,6 +68,8 @@ class MetricsWriter:
   def write(self, step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
     """Writes one step's metrics and returns them as Python scalars."""
     row = {"step": int(step), **to_python_scalars(metrics)}
+    if self._file is None:
+      return row
     self._file.write(json.dumps(row, sort_keys=True) + "\n")
     self._file.flush()
     if self._tb is not None:
@@ -72,7 +79,8 @@ class MetricsWriter:
     return row
 
   def close(self) -> None:
-    self._file.close()
+    if self._file is not None:
+      self._file.close()
     if self._tb is not None:
       self._tb.close()
 
