@@ -135,11 +135,24 @@ def constrain(x: jax.Array, names: Sequence[str | None],
   return jax.lax.with_sharding_constraint(x, logical_to_spec(x.shape, names, mesh, rules))
 
 
+def place(x: Any, sharding: NamedSharding) -> jax.Array:
+  """`x` (identical on every process) as a global array with `sharding`.
+
+  One process: `jax.device_put`. Several processes: each builds only its addressable shards from the host
+  value (`make_array_from_callback`); `device_put` of a single-device array onto a sharding that spans other
+  processes' devices yields arrays whose replicated shards orbax and `addressable_shards` cannot read.
+  """
+  if jax.process_count() == 1:
+    return jax.device_put(x, sharding)
+  host = np.asarray(x)
+  return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
 def shard_model(model: nnx.Module, mesh: Mesh, rules: LogicalRules = LOGICAL_RULES) -> nnx.Module:
   """Moves every parameter of `model` onto its rule-derived sharding on `mesh` (in place)."""
   graphdef, state = nnx.split(model)
   shardings = state_shardings(state, mesh, rules)
-  state = jax.device_put(state, shardings)
+  state = jax.tree.map(place, state, shardings)
   nnx.update(model, state)
   return model
 

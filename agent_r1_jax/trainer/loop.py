@@ -32,6 +32,7 @@ from agent_r1_jax import rl
 from agent_r1_jax.data.loader import example_iterator
 from agent_r1_jax.models import (Qwen2Config, Qwen2ForCausalLM, Qwen2ValueModel, load_hf_checkpoint, make_mesh,
                                  save_hf_checkpoint, shard_model)
+from agent_r1_jax.models.sharding import place as place_on_mesh
 from agent_r1_jax.rollout import RolloutConfig, run_episodes
 from agent_r1_jax.sampling import Sampler, SamplingParams
 from agent_r1_jax.trainer import config as config_lib
@@ -255,7 +256,7 @@ class RLTrainer:
     def place(x):
       if isinstance(x, jax.Array) and isinstance(x.sharding, jax.sharding.NamedSharding):
         return x
-      return jax.device_put(x, self.replicated)
+      return place_on_mesh(x, self.replicated)
     return jax.tree.map(place, tree)
 
   # ---- checkpoints ------------------------------------------------------------------------------------
@@ -391,7 +392,7 @@ class RLTrainer:
       perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, 1000 + epoch), rows))
       for start in range(0, rows, mini_rows):
         # Every process holds the same permutation; a replicated index keeps the gather a global computation.
-        idx = jax.device_put(np.sort(perm[start:start + mini_rows]), self.replicated)
+        idx = place_on_mesh(np.sort(perm[start:start + mini_rows]), self.replicated)
         mini = self._take_rows(batch, idx)
         if c.algorithm.use_critic:
           self.state["critic"], self.state["critic_opt"], m = self.learner.critic_step(
