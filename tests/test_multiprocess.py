@@ -18,16 +18,13 @@ references it computes itself from both workers' local arrays with numpy.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import socket
-import subprocess
 import sys
-import time
 
 import numpy as np
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+import loopback_workers
+
 NUM_PROCESSES = 2
 LOCAL_ROWS = 3          # TrajectoryBatch rows per process
 PROMPT_LEN, RESPONSE_LEN, TURNS = 4, 5, 2
@@ -111,60 +108,9 @@ def _worker(out_dir: pathlib.Path) -> None:
 # Test side (the parent process).
 
 
-def _free_port() -> int:
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def _worker_env(process_id: int, port: int) -> dict[str, str]:
-  env = {k: v for k, v in os.environ.items() if "_proxy" not in k.lower()}  # gRPC must not proxy loopback
-  env.update({
-      "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
-      "JAX_COORDINATOR_BIND_ADDRESS": f"127.0.0.1:{port}",  # loopback only (JAX binds [::] by default)
-      "JAX_NUM_PROCESSES": str(NUM_PROCESSES),
-      "JAX_PROCESS_ID": str(process_id),
-      "JAX_PLATFORMS": "cpu",
-      "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-      "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-  })
-  env.pop("AGENT_R1_DISTRIBUTED", None)
-  env.pop("JAX_CPU_COLLECTIVES_IMPLEMENTATION", None)
-  return env
-
-
-def _run_workers(out_dir: pathlib.Path) -> None:
-  port = _free_port()
-  procs = []
-  logs = []
-  for pid in range(NUM_PROCESSES):
-    log = open(out_dir / f"worker_{pid}.log", "w+", encoding="utf-8")  # pylint: disable=consider-using-with
-    logs.append(log)
-    procs.append(subprocess.Popen([sys.executable, __file__, str(out_dir)], env=_worker_env(pid, port),
-                                  stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT))
-  deadline = time.monotonic() + WORKER_TIMEOUT_S
-  try:
-    for p in procs:
-      p.wait(timeout=max(deadline - time.monotonic(), 1.0))
-  except subprocess.TimeoutExpired:
-    pass
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-        p.wait()
-  outputs = []
-  for log in logs:
-    log.seek(0)
-    outputs.append(log.read()[-3000:])
-    log.close()
-  codes = [p.returncode for p in procs]
-  assert codes == [0] * NUM_PROCESSES, f"worker exit codes {codes} (negative = killed at the {WORKER_TIMEOUT_S} s " \
-                                       f"bound); logs:\n" + "\n-----\n".join(outputs)
-
-
 def test_two_process_pod_on_loopback(tmp_path):
-  _run_workers(tmp_path)
+  loopback_workers.run_workers(__file__, tmp_path, num_processes=NUM_PROCESSES,
+                                 timeout_s=WORKER_TIMEOUT_S)
   reports = [json.loads((tmp_path / f"report_{i}.json").read_text()) for i in range(NUM_PROCESSES)]
   local = [dict(np.load(tmp_path / f"local_{i}.npz")) for i in range(NUM_PROCESSES)]
 

@@ -12,16 +12,13 @@ computes itself.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import socket
-import subprocess
 import sys
-import time
 
 import numpy as np
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+import loopback_workers
+
 NUM_PROCESSES = 2
 WORKER_TIMEOUT_S = 55
 PROMPTS = (
@@ -88,53 +85,8 @@ def _worker(out_dir: pathlib.Path) -> None:
       {"process_count": jax.process_count(), "global_devices": len(jax.devices())}))
 
 
-def _free_port() -> int:
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def _worker_env(process_id: int, port: int) -> dict[str, str]:
-  env = {k: v for k, v in os.environ.items() if "_proxy" not in k.lower()}  # gRPC must not proxy loopback
-  env.update({
-      "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
-      "JAX_COORDINATOR_BIND_ADDRESS": f"127.0.0.1:{port}",
-      "JAX_NUM_PROCESSES": str(NUM_PROCESSES),
-      "JAX_PROCESS_ID": str(process_id),
-      "JAX_PLATFORMS": "cpu",
-      "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-      "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-  })
-  for name in ("AGENT_R1_DISTRIBUTED", "JAX_CPU_COLLECTIVES_IMPLEMENTATION"):
-    env.pop(name, None)
-  return env
-
-
 def test_processes_finishing_at_different_turns_step_together(tmp_path):
-  port = _free_port()
-  # pylint: disable-next=consider-using-with
-  logs = [open(tmp_path / f"worker_{i}.log", "w+", encoding="utf-8") for i in range(NUM_PROCESSES)]
-  procs = [subprocess.Popen([sys.executable, __file__, str(tmp_path)], env=_worker_env(i, port), stdout=log,
-                            stderr=subprocess.STDOUT, cwd=REPO_ROOT) for i, log in enumerate(logs)]
-  deadline = time.monotonic() + WORKER_TIMEOUT_S
-  try:
-    for p in procs:
-      p.wait(timeout=max(deadline - time.monotonic(), 1.0))
-  except subprocess.TimeoutExpired:
-    pass
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-        p.wait()
-  outputs = []
-  for log in logs:
-    log.seek(0)
-    outputs.append(log.read()[-3000:])
-    log.close()
-  codes = [p.returncode for p in procs]
-  assert codes == [0] * NUM_PROCESSES, (f"worker exit codes {codes} (negative = killed at the {WORKER_TIMEOUT_S} s "
-                                        "bound); logs:\n" + "\n-----\n".join(outputs))
+  loopback_workers.run_workers(__file__, tmp_path, num_processes=NUM_PROCESSES, timeout_s=WORKER_TIMEOUT_S)
 
   for pid in range(NUM_PROCESSES):
     report = json.loads((tmp_path / f"report_{pid}.json").read_text())
