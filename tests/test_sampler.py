@@ -16,7 +16,6 @@ from agent_r1_jax.models import load_hf_checkpoint, make_mesh
 from agent_r1_jax.sampling import (Sampler, SamplingParams, StopReason, allowed_tokens,
                                    compiled_programs, max_logprob_drift, rollout_compile_bound,
                                    sample_tokens)
-from agent_r1_jax.sampling import buckets
 
 VOCAB = 96
 PAD = 0
@@ -49,9 +48,10 @@ def tiny(tmp_path_factory):
   return hf, graphdef, params
 
 
-def left_pad(rows, width=None):
+def left_pad(rows, width=None, pad=PAD):
+  """Left-padded `[B, width]` ids and their 0/1 mask (also used by test_sampler_multihost)."""
   width = width or max(len(r) for r in rows)
-  ids = np.full((len(rows), width), PAD, np.int32)
+  ids = np.full((len(rows), width), pad, np.int32)
   mask = np.zeros((len(rows), width), np.int32)
   for i, r in enumerate(rows):
     ids[i, width - len(r):] = r

@@ -20,6 +20,7 @@ from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM
 from agent_r1_jax.rollout import RolloutConfig, run_episodes
 from agent_r1_jax.rollout.synthetic_policy import byte_tokenizer
 from agent_r1_jax.sampling import Sampler, SamplingParams, StopReason, compiled_programs
+from test_sampler import left_pad
 from agent_r1_jax.sampling import sampler as sampler_module
 
 TOK = byte_tokenizer()
@@ -34,16 +35,6 @@ def tiny():
   config = Qwen2Config(vocab_size=len(TOK), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=8)
   return nnx.split(Qwen2ForCausalLM(config, rngs=nnx.Rngs(0)))
-
-
-def left_pad(rows):
-  width = max(len(r) for r in rows)
-  ids = np.full((len(rows), width), PAD, np.int32)
-  mask = np.zeros((len(rows), width), np.int32)
-  for i, r in enumerate(rows):
-    ids[i, width - len(r):] = r
-    mask[i, width - len(r):] = 1
-  return ids, mask
 
 
 def snapshot(state):
@@ -66,7 +57,7 @@ def assert_unchanged(before, state, rows):
 def test_all_zero_decode_and_all_empty_extend_are_noop_calls(tiny):
   graphdef, params = tiny
   sampler = Sampler(graphdef, max_cache_length=64, stop_token_ids=STOPS, pad_id=PAD)
-  state = sampler.prefill(params, *left_pad(PROMPTS))
+  state = sampler.prefill(params, *left_pad(PROMPTS, pad=PAD))
   state, _ = sampler.decode(params, state, np.array([4, 2, 3]), SamplingParams(), jax.random.key(0))
   before = snapshot(state)
 
@@ -104,7 +95,7 @@ def test_agreed_sizes_select_the_programs_not_local_budgets(tiny):
 
   def run(sampler, work, **agreed):
     budgets0, observations, budgets1 = work
-    state = sampler.prefill(params, *left_pad(PROMPTS))
+    state = sampler.prefill(params, *left_pad(PROMPTS, pad=PAD))
     state, seg0 = sampler.decode(params, state, budgets0, SamplingParams(), jax.random.key(0),
                                  width=agreed.get("width"))
     state, seg1 = sampler.continue_(params, state, observations, budgets1, SamplingParams(),
@@ -233,8 +224,8 @@ def test_processes_with_different_batch_sizes_fail_with_one_message(tiny, monkey
   monkeypatch.setattr(jax, "process_count", lambda: 2)
   monkeypatch.setattr(multihost_utils, "process_allgather", OtherProcess(1, 4, 0, batch=5, prompt=7))
   with pytest.raises(ValueError, match=r"different batch sizes \(3 to 5 rows\)"):
-    sampler.prefill(params, *left_pad(PROMPTS))
+    sampler.prefill(params, *left_pad(PROMPTS, pad=PAD))
   monkeypatch.setattr(jax, "process_count", lambda: 1)
-  state = sampler.prefill(params, *left_pad(PROMPTS))
+  state = sampler.prefill(params, *left_pad(PROMPTS, pad=PAD))
   with pytest.raises(ValueError, match=r"width=2 is smaller than this process needs \(4\)"):
     sampler.decode(params, state, np.array([4, 1, 1]), SamplingParams(), jax.random.key(0), width=2)

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 
-import jax
 import numpy as np
 import pytest
 

@@ -255,17 +255,22 @@ class Learner:
     return response_values(nnx.merge(self.critic_graphdef, params), batch)
 
   def _actor_step(self, params, opt_state, batch: Batch, *, num_micro: int):
-    denominator = rl.loss_denominator(batch["loss_mask"], self.actor_cfg.loss_agg_mode)
     loss_fn = lambda p, mb, d: actor_loss(p, self.actor_graphdef, mb, d, self.actor_cfg)
-    grads, metrics = accumulate_gradients(loss_fn, params, batch, denominator, num_micro)
-    params, opt_state, upd = apply_update(self.actor_tx, params, opt_state, grads)
-    return params, opt_state, {**metrics, "actor/grad_norm": upd["grad_norm"],
-                               "actor/skipped": upd["skipped"]}
+    return _update_step(loss_fn, self.actor_tx, params, opt_state, batch, batch["loss_mask"],
+                        self.actor_cfg.loss_agg_mode, num_micro, prefix="actor")
 
   def _critic_step(self, params, opt_state, batch: Batch, *, num_micro: int):
-    denominator = rl.loss_denominator(batch["advantage_mask"], self.critic_cfg.loss_agg_mode)
     loss_fn = lambda p, mb, d: critic_loss(p, self.critic_graphdef, mb, d, self.critic_cfg)
-    grads, metrics = accumulate_gradients(loss_fn, params, batch, denominator, num_micro)
-    params, opt_state, upd = apply_update(self.critic_tx, params, opt_state, grads)
-    return params, opt_state, {**metrics, "critic/grad_norm": upd["grad_norm"],
-                               "critic/skipped": upd["skipped"]}
+    return _update_step(loss_fn, self.critic_tx, params, opt_state, batch, batch["advantage_mask"],
+                        self.critic_cfg.loss_agg_mode, num_micro, prefix="critic")
+
+
+def _update_step(loss_fn: Callable, tx: optax.GradientTransformation, params, opt_state, batch: Batch,
+                 mask: jax.Array, loss_agg_mode: str, num_micro: int, *, prefix: str):
+  """One optimizer update on a mini-batch: the mask's full denominator, accumulated micro-batch gradients,
+  a (skippable) optimizer step; metrics gain `<prefix>/grad_norm` and `<prefix>/skipped`."""
+  denominator = rl.loss_denominator(mask, loss_agg_mode)
+  grads, metrics = accumulate_gradients(loss_fn, params, batch, denominator, num_micro)
+  params, opt_state, upd = apply_update(tx, params, opt_state, grads)
+  return params, opt_state, {**metrics, f"{prefix}/grad_norm": upd["grad_norm"],
+                             f"{prefix}/skipped": upd["skipped"]}

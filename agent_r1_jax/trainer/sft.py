@@ -15,7 +15,6 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 from agent_r1_jax.data.sft import collate
