@@ -293,8 +293,8 @@ def test_sharded_sampling_matches_single_device(tiny):
   sampler = Sampler(graphdef, max_cache_length=CACHE, stop_token_ids=[7], pad_id=PAD, mesh=mesh)
   state = sampler.prefill(sharded_params, *left_pad(prompts))
   state = sampler.extend(sharded_params, state, [[4, 4], [], [8], [1, 2, 3]])
-  spec = state.cache.k.sharding.spec
-  assert spec[1] == ("data", "fsdp") and spec[3] == "tensor", spec
+  spec = state.cache.k[0].sharding.spec  # [B, K, S, hd]
+  assert spec[0] == ("data", "fsdp") and spec[1] == "tensor", spec
   _, seg = sampler.decode(sharded_params, state, np.array([6, 6, 6, 6]), greedy, jax.random.key(0))
   np.testing.assert_array_equal(seg.tokens, ref.tokens)
   np.testing.assert_allclose(seg.logprobs, ref.logprobs, atol=1e-5)

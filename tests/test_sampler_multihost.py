@@ -39,8 +39,8 @@ def tiny():
 
 def snapshot(state):
   """Host copies of everything a no-op call must leave alone (the call donates the device arrays)."""
-  c = state.cache
-  return dict(k=np.array(c.k), v=np.array(c.v), valid=np.array(c.valid), lengths=np.array(c.lengths),
+  c = state.cache  # per layer [B, K, S, hd] -> one [L, B, S, K, hd] array, indexable by valid [B, S]
+  return dict(k=np.stack(c.k).swapaxes(2, 3), v=np.stack(c.v).swapaxes(2, 3), valid=np.array(c.valid), lengths=np.array(c.lengths),
               cursor=np.array(c.cursor), logits=np.array(state.last_logits), host=state.lengths)
 
 
@@ -61,7 +61,7 @@ def test_all_zero_decode_and_all_empty_extend_are_noop_calls(tiny):
   state, _ = sampler.decode(params, state, np.array([4, 2, 3]), SamplingParams(), jax.random.key(0))
   before = snapshot(state)
 
-  old = state.cache.k
+  old = state.cache.k[0]
   state, seg = sampler.decode(params, state, np.zeros(3, np.int32), SamplingParams(), jax.random.key(1))
   assert old.is_deleted()  # the program ran (it consumed the donated cache), as on a process still active
   assert seg.tokens.shape == seg.logprobs.shape == (3, 0)
@@ -69,7 +69,7 @@ def test_all_zero_decode_and_all_empty_extend_are_noop_calls(tiny):
   assert_unchanged(before, state, 3)
 
   # Another process appends 5 tokens: this one runs the same extend program with nothing to append.
-  old = state.cache.k
+  old = state.cache.k[0]
   state = sampler.extend(params, state, [[], [], []], extend_length=5)
   assert old.is_deleted()
   assert_unchanged(before, state, 3)

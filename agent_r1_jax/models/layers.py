@@ -75,6 +75,14 @@ def write_slots(old: jax.Array, new: jax.Array, slots: jax.Array) -> jax.Array:
   return old.at[rows, slots].set(new.astype(old.dtype), mode="drop")
 
 
+def write_kv(old: jax.Array, new: jax.Array, slots: jax.Array) -> jax.Array:
+  """A layer's cache `[B, K, S, hd]` with `new[b, t]` (`[K, hd]` of `new [B, T, K, hd]`) stored at slot
+  `slots[b, t]`, i.e. `old[b, :, slots[b, t], :] = new[b, t]`; slots beyond S are dropped (in place, as
+  `write_slots`)."""
+  rows = jnp.arange(old.shape[0])[:, None]
+  return old.at[rows, :, slots].set(new.astype(old.dtype), mode="drop")
+
+
 class RMSNorm(nnx.Module):
   """y = w * x / sqrt(mean(x^2) + eps), statistics in float32."""
 
@@ -114,34 +122,49 @@ class Attention(nnx.Module):
     return (jnp.einsum("btd,dnh->btnh", x, kernel[...].astype(cd))
             + bias[...].astype(cd))
 
-  def __call__(self, x: jax.Array, ctx: AttentionContext, layer: int,
+  def _attend(self, q: jax.Array, keys: jax.Array, values: jax.Array, bias: jax.Array,
+              q_axes: str, kv_axes: str) -> jax.Array:
+    """softmax(q k^T / sqrt(hd) + bias) v per (row, kv head k, query group g).
+
+    Args:
+      q: queries, axes `q_axes` (a permutation of b, t, k, g, h with h = head_dim).
+      keys, values: axes `kv_axes` (a permutation of b, s, k, h), s = key slots.
+      bias: `[B, 1, 1, T, S]` additive mask.
+
+    Returns:
+      The weighted values with axes `q_axes`.
+    """
+    scores = jnp.einsum(f"{q_axes},{kv_axes}->bkgts", q, keys, preferred_element_type=jnp.float32)
+    scores = scores * (self.head_dim ** -0.5) + bias
+    weights = jax.nn.softmax(scores, axis=-1).astype(self.compute_dtype)
+    return jnp.einsum(f"bkgts,{kv_axes}->{q_axes}", weights, values)
+
+  def __call__(self, x: jax.Array, ctx: AttentionContext,
                cache_kv: tuple[jax.Array, jax.Array] | None = None
                ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
-    """x `[B, T, D]` -> `[B, T, D]`; with `cache_kv` (full `[L, B, S, K, hd]` arrays) also returns them
-    with this layer's new keys/values written at `ctx.write_slots`."""
+    """x `[B, T, D]` -> `[B, T, D]`; with `cache_kv` (this layer's keys and values, `[B, K, S, hd]`
+    each) the new keys/values are written at `ctx.write_slots`, attention reads all S slots, and the
+    updated pair is returned too."""
     b, t, _ = x.shape
     q = apply_rope(self._proj(x, self.q_kernel, self.q_bias), ctx.cos, ctx.sin)
     k = apply_rope(self._proj(x, self.k_kernel, self.k_bias), ctx.cos, ctx.sin)
     v = self._proj(x, self.v_kernel, self.v_bias)
     q = constrain(q, ("batch", "length", "act_heads", "head_dim"))
-    if cache_kv is not None:
-      k_all, v_all = cache_kv
-      k_layer = write_slots(k_all[layer], k, ctx.write_slots)
-      v_layer = write_slots(v_all[layer], v, ctx.write_slots)
-      cache_kv = (k_all.at[layer].set(k_layer), v_all.at[layer].set(v_layer))
-      keys = k_layer.astype(self.compute_dtype)
-      values = v_layer.astype(self.compute_dtype)
-    else:
-      keys, values = k, v
-    groups = self.num_heads // self.num_kv_heads
-    q = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim)
-    scores = jnp.einsum("btkgh,bskh->bkgts", q, keys, preferred_element_type=jnp.float32)
-    scores = scores * (self.head_dim ** -0.5) + ctx.bias
-    weights = jax.nn.softmax(scores, axis=-1).astype(self.compute_dtype)
-    out = jnp.einsum("bkgts,bskh->btkgh", weights, values)
-    out = out.reshape(b, t, self.num_heads, self.head_dim)
-    out = jnp.einsum("btnh,nhd->btd", out, self.o_kernel[...].astype(self.compute_dtype))
-    return out, cache_kv
+    q = q.reshape(b, t, self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim)
+    o_kernel = self.o_kernel[...].astype(self.compute_dtype)
+    if cache_kv is None:
+      out = self._attend(q, k, v, ctx.bias, "btkgh", "bskh")
+      out = out.reshape(b, t, self.num_heads, self.head_dim)
+      return jnp.einsum("btnh,nhd->btd", out, o_kernel), None
+    cache_kv = tuple(write_kv(old, new, ctx.write_slots) for old, new in zip(cache_kv, (k, v)))
+    keys, values = (a.astype(self.compute_dtype) for a in cache_kv)
+    # Heads-major queries make both products plain batched matmuls over (b, k) on CPU; with
+    # token-major ones XLA:CPU ran the weights @ values product as a slow generic dot. The output
+    # projection contracts (head, head_dim) in memory order as one [H*hd, D] matmul, so no per-step
+    # transpose of the kernel or the activations.
+    out = self._attend(q.transpose(0, 2, 3, 1, 4), keys, values, ctx.bias, "bkgth", "bksh")
+    out = out.transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * self.head_dim)
+    return out @ o_kernel.reshape(-1, o_kernel.shape[-1]), cache_kv
 
 
 class MLP(nnx.Module):
@@ -172,9 +195,9 @@ class DecoderBlock(nnx.Module):
     self.post_attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
     self.mlp = MLP(config, rngs=rngs, **kw)
 
-  def __call__(self, x: jax.Array, ctx: AttentionContext, layer: int,
+  def __call__(self, x: jax.Array, ctx: AttentionContext,
                cache_kv: tuple[jax.Array, jax.Array] | None = None):
-    attn_out, cache_kv = self.attn(self.input_norm(x), ctx, layer, cache_kv)
+    attn_out, cache_kv = self.attn(self.input_norm(x), ctx, cache_kv)
     x = constrain(x + attn_out, ("batch", "length", "act_embed"))
     x = constrain(x + self.mlp(self.post_attn_norm(x)), ("batch", "length", "act_embed"))
     return x, cache_kv

@@ -81,18 +81,21 @@ class Qwen2Model(nnx.Module):
     ctx, meta = _context(self.config, attention_mask, cache)
     x = jnp.take(self.embed[...], input_ids, axis=0).astype(self.compute_dtype)
     x = constrain(x, ("batch", "length", "act_embed"))
-    cache_kv = None if cache is None else (cache.k, cache.v)
+    keys, values = [], []
     for i, block in enumerate(self.layers):
-      if self.remat and cache is None:
-        x, _ = nnx.remat(lambda blk, h, c, i=i: blk(h, c, i))(block, x, ctx)
+      if cache is not None:
+        x, (k, v) = block(x, ctx, (cache.k[i], cache.v[i]))
+        keys.append(constrain(k, CACHE_AXES))
+        values.append(constrain(v, CACHE_AXES))
+      elif self.remat:
+        x, _ = nnx.remat(lambda blk, h, c: blk(h, c))(block, x, ctx)
       else:
-        x, cache_kv = block(x, ctx, i, cache_kv)
+        x, _ = block(x, ctx)
     x = self.norm(x)
     if cache is None:
       return x, None
-    k, v = (constrain(a, CACHE_AXES) for a in cache_kv)
     valid, lengths, cursor = meta
-    return x, KVCache(k=k, v=v, valid=valid, lengths=lengths, cursor=cursor)
+    return x, KVCache(k=tuple(keys), v=tuple(values), valid=valid, lengths=lengths, cursor=cursor)
 
 
 class Qwen2ForCausalLM(nnx.Module):
