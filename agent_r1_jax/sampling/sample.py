@@ -34,6 +34,17 @@ def allowed_tokens(scaled: jax.Array, params: SamplingParams) -> jax.Array:
   return keep
 
 
+def first_argmax(x: jax.Array) -> jax.Array:
+  """int32 `[B]`: the first index of each row's maximum of `x` `[B, V]` (jnp.argmax's tie rule).
+
+  Computed as min{i : x_i = max_j x_j} with two plain reductions, which XLA:CPU runs several times
+  faster than argmax's paired (value, index) reduction. A row without a match (NaN) gives V - 1.
+  """
+  best = jnp.max(x, axis=-1, keepdims=True)
+  index = jnp.arange(x.shape[-1], dtype=jnp.int32)
+  return jnp.min(jnp.where(x == best, index, x.shape[-1] - 1), axis=-1)
+
+
 def sample_tokens(logits: jax.Array, rng: jax.Array, params: SamplingParams
                   ) -> tuple[jax.Array, jax.Array]:
   """Draws one token per row.
@@ -50,11 +61,11 @@ def sample_tokens(logits: jax.Array, rng: jax.Array, params: SamplingParams
   logits = logits.astype(jnp.float32)
   scaled = logits if params.logprob_temperature == 1.0 else logits / params.logprob_temperature
   if params.is_greedy:
-    tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    tokens = first_argmax(logits)
   else:
-    keep = allowed_tokens(scaled, params)
-    tokens = jax.random.categorical(rng, jnp.where(keep, scaled, _MASKED), axis=-1)
-    tokens = tokens.astype(jnp.int32)
+    # Gumbel-max, exactly what jax.random.categorical draws for this key, with the faster argmax.
+    masked = jnp.where(allowed_tokens(scaled, params), scaled, _MASKED)
+    tokens = first_argmax(jax.random.gumbel(rng, masked.shape, masked.dtype) + masked)
   # log_softmax(z)[tok] = z[tok] - logsumexp(z): two reductions instead of a [B, V] log-softmax.
   picked = jnp.take_along_axis(scaled, tokens[:, None], axis=-1)[:, 0]
   return tokens, picked - jax.nn.logsumexp(scaled, axis=-1)
