@@ -293,7 +293,7 @@ def test_sharded_sampling_matches_single_device(tiny):
   sampler = Sampler(graphdef, max_cache_length=CACHE, stop_token_ids=[7], pad_id=PAD, mesh=mesh)
   state = sampler.prefill(sharded_params, *left_pad(prompts))
   state = sampler.extend(sharded_params, state, [[4, 4], [], [8], [1, 2, 3]])
-  spec = state.cache.k[0].sharding.spec  # [B, K, S, hd]
+  spec = state.cache.k[0].sharding.spec  # [B, K, hd, S]
   assert spec[0] == ("data", "fsdp") and spec[1] == "tensor", spec
   _, seg = sampler.decode(sharded_params, state, np.array([6, 6, 6, 6]), greedy, jax.random.key(0))
   np.testing.assert_array_equal(seg.tokens, ref.tokens)

@@ -39,8 +39,9 @@ def tiny():
 
 def snapshot(state):
   """Host copies of everything a no-op call must leave alone (the call donates the device arrays)."""
-  c = state.cache  # per layer [B, K, S, hd] -> one [L, B, S, K, hd] array, indexable by valid [B, S]
-  return dict(k=np.stack(c.k).swapaxes(2, 3), v=np.stack(c.v).swapaxes(2, 3), valid=np.array(c.valid), lengths=np.array(c.lengths),
+  c = state.cache  # per-layer keys [B, K, hd, S] and values [B, K, S, hd] -> [L, B, S, K, hd]
+  return dict(k=np.stack(c.k).transpose(0, 1, 4, 2, 3), v=np.stack(c.v).swapaxes(2, 3),
+              valid=np.array(c.valid), lengths=np.array(c.lengths),
               cursor=np.array(c.cursor), logits=np.array(state.last_logits), host=state.lengths)
 
 

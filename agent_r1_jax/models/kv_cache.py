@@ -1,6 +1,7 @@
 """Preallocated key/value cache shared by prefill, incremental prefill and decode.
 
-Layout: `k`, `v` hold one `[batch, kv_heads, max_length, head_dim]` array per layer. Slots are filled left
+Layout: one array per layer in `k` (`[batch, kv_heads, head_dim, max_length]`) and `v`
+(`[batch, kv_heads, max_length, head_dim]`). Slots are filled left
 to right per row; `cursor[b]` is the next free slot of row b and every slot at or beyond it is invalid, so
 rows can be at different lengths (multi-turn continuation appends a different number of tokens per row).
 `valid[b, s]` marks slots holding a real token (left padding of a prompt occupies slots that stay
@@ -8,10 +9,11 @@ invalid). `lengths[b]` counts the real tokens, which is also the RoPE position o
 Attention from a query in slot q may use key slot s iff `valid[b, s] and s <= q`: slots are written in
 token order, so this is exactly causal attention over the row's real tokens.
 
-Why one array per layer, heads before slots: inside the decode loop each layer's array is its own loop
-carry, so writing one token is an in-place scatter of B * K * hd values, and `[B, K, S, hd]` is already
-the batched-matmul layout attention reads (batch dims (B, K) leading). A stacked `[L, B, S, K, hd]`
-array made XLA:CPU copy and transpose every layer's whole slice on every decode step.
+Why one array per layer, in these layouts: inside the decode loop each layer's array is its own loop
+carry, so writing one token is an in-place scatter of B * K * hd values, and the layouts are the plain
+batched-matmul operands of attention (batch dims (B, K) leading): scores = q @ k, out = weights @ v. A
+stacked `[L, B, S, K, hd]` array made XLA:CPU copy and transpose every layer's whole slice on every
+decode step, and slot-major keys made q @ k^T pack the whole key cache per step.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import jax.numpy as jnp
 
 from agent_r1_jax.models.config import Qwen2Config
 
-CACHE_AXES = ("batch", "act_kv_heads", "cache_length", "head_dim")
+KEY_AXES = ("batch", "act_kv_heads", "head_dim", "cache_length")
+VALUE_AXES = ("batch", "act_kv_heads", "cache_length", "head_dim")
 
 
 @jax.tree_util.register_dataclass
@@ -32,7 +35,7 @@ class KVCache:
   """Per-layer keys/values plus per-row bookkeeping (a pytree; donate it to jitted updates).
 
   Attributes:
-    k: L arrays `[B, K, S, hd]`, keys (after RoPE), cache dtype.
+    k: L arrays `[B, K, hd, S]`, keys (after RoPE), cache dtype.
     v: L arrays `[B, K, S, hd]`, values, cache dtype.
     valid: bool [B, S], slot holds a real token.
     lengths: int32 [B], real tokens stored per row (= position of the row's next token).
@@ -49,10 +52,11 @@ class KVCache:
   def init(cls, config: Qwen2Config, batch: int, max_length: int,
            dtype: jnp.dtype = jnp.float32) -> KVCache:
     """An empty cache with capacity `max_length` slots per row."""
-    shape = (batch, config.num_key_value_heads, max_length, config.head_dim)
+    k_shape = (batch, config.num_key_value_heads, config.head_dim, max_length)
+    v_shape = (batch, config.num_key_value_heads, max_length, config.head_dim)
     layers = range(config.num_hidden_layers)
-    return cls(k=tuple(jnp.zeros(shape, dtype) for _ in layers),
-               v=tuple(jnp.zeros(shape, dtype) for _ in layers),
+    return cls(k=tuple(jnp.zeros(k_shape, dtype) for _ in layers),
+               v=tuple(jnp.zeros(v_shape, dtype) for _ in layers),
                valid=jnp.zeros((batch, max_length), bool),
                lengths=jnp.zeros((batch,), jnp.int32), cursor=jnp.zeros((batch,), jnp.int32))
 

@@ -75,10 +75,16 @@ def write_slots(old: jax.Array, new: jax.Array, slots: jax.Array) -> jax.Array:
   return old.at[rows, slots].set(new.astype(old.dtype), mode="drop")
 
 
-def write_kv(old: jax.Array, new: jax.Array, slots: jax.Array) -> jax.Array:
-  """A layer's cache `[B, K, S, hd]` with `new[b, t]` (`[K, hd]` of `new [B, T, K, hd]`) stored at slot
-  `slots[b, t]`, i.e. `old[b, :, slots[b, t], :] = new[b, t]`; slots beyond S are dropped (in place, as
-  `write_slots`)."""
+def write_keys(old: jax.Array, new: jax.Array, slots: jax.Array) -> jax.Array:
+  """A layer's keys `[B, K, hd, S]` with `old[b, :, :, slots[b, t]] = new[b, t]` for `new [B, T, K, hd]`;
+  slots beyond S are dropped (in place, like `write_slots`)."""
+  rows = jnp.arange(old.shape[0])[:, None]
+  return old.at[rows, :, :, slots].set(new.astype(old.dtype), mode="drop")
+
+
+def write_values(old: jax.Array, new: jax.Array, slots: jax.Array) -> jax.Array:
+  """A layer's values `[B, K, S, hd]` with `old[b, :, slots[b, t]] = new[b, t]` for `new [B, T, K, hd]`;
+  slots beyond S are dropped (in place, like `write_slots`)."""
   rows = jnp.arange(old.shape[0])[:, None]
   return old.at[rows, :, slots].set(new.astype(old.dtype), mode="drop")
 
@@ -123,28 +129,29 @@ class Attention(nnx.Module):
             + bias[...].astype(cd))
 
   def _attend(self, q: jax.Array, keys: jax.Array, values: jax.Array, bias: jax.Array,
-              q_axes: str, kv_axes: str) -> jax.Array:
+              axes: str) -> jax.Array:
     """softmax(q k^T / sqrt(hd) + bias) v per (row, kv head k, query group g).
 
     Args:
-      q: queries, axes `q_axes` (a permutation of b, t, k, g, h with h = head_dim).
-      keys, values: axes `kv_axes` (a permutation of b, s, k, h), s = key slots.
+      q, keys, values: arrays with the einsum axes `axes` = "q_axes,k_axes,v_axes": q's a permutation
+        of b, t, k, g, h (h = head_dim), the others of b, s, k, h (s = key slots).
       bias: `[B, 1, 1, T, S]` additive mask.
 
     Returns:
-      The weighted values with axes `q_axes`.
+      The weighted values with q's axes.
     """
-    scores = jnp.einsum(f"{q_axes},{kv_axes}->bkgts", q, keys, preferred_element_type=jnp.float32)
+    q_axes, k_axes, v_axes = axes.split(",")
+    scores = jnp.einsum(f"{q_axes},{k_axes}->bkgts", q, keys, preferred_element_type=jnp.float32)
     scores = scores * (self.head_dim ** -0.5) + bias
     weights = jax.nn.softmax(scores, axis=-1).astype(self.compute_dtype)
-    return jnp.einsum(f"bkgts,{kv_axes}->{q_axes}", weights, values)
+    return jnp.einsum(f"bkgts,{v_axes}->{q_axes}", weights, values)
 
   def __call__(self, x: jax.Array, ctx: AttentionContext,
                cache_kv: tuple[jax.Array, jax.Array] | None = None
                ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
-    """x `[B, T, D]` -> `[B, T, D]`; with `cache_kv` (this layer's keys and values, `[B, K, S, hd]`
-    each) the new keys/values are written at `ctx.write_slots`, attention reads all S slots, and the
-    updated pair is returned too."""
+    """x `[B, T, D]` -> `[B, T, D]`; with `cache_kv` (this layer's keys `[B, K, hd, S]` and values
+    `[B, K, S, hd]`) the new keys/values are written at `ctx.write_slots`, attention reads all S slots,
+    and the updated pair is returned too."""
     b, t, _ = x.shape
     q = apply_rope(self._proj(x, self.q_kernel, self.q_bias), ctx.cos, ctx.sin)
     k = apply_rope(self._proj(x, self.k_kernel, self.k_bias), ctx.cos, ctx.sin)
@@ -153,16 +160,17 @@ class Attention(nnx.Module):
     q = q.reshape(b, t, self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim)
     o_kernel = self.o_kernel[...].astype(self.compute_dtype)
     if cache_kv is None:
-      out = self._attend(q, k, v, ctx.bias, "btkgh", "bskh")
+      out = self._attend(q, k, v, ctx.bias, "btkgh,bskh,bskh")
       out = out.reshape(b, t, self.num_heads, self.head_dim)
       return jnp.einsum("btnh,nhd->btd", out, o_kernel), None
-    cache_kv = tuple(write_kv(old, new, ctx.write_slots) for old, new in zip(cache_kv, (k, v)))
+    cache_kv = (write_keys(cache_kv[0], k, ctx.write_slots),
+                write_values(cache_kv[1], v, ctx.write_slots))
     keys, values = (a.astype(self.compute_dtype) for a in cache_kv)
-    # Heads-major queries make both products plain batched matmuls over (b, k) on CPU; with
-    # token-major ones XLA:CPU ran the weights @ values product as a slow generic dot. The output
-    # projection contracts (head, head_dim) in memory order as one [H*hd, D] matmul, so no per-step
-    # transpose of the kernel or the activations.
-    out = self._attend(q.transpose(0, 2, 3, 1, 4), keys, values, ctx.bias, "bkgth", "bksh")
+    # Heads-major queries make q @ keys and weights @ values plain (non-transposed) batched matmuls
+    # over (b, k); XLA:CPU ran the token-major or transposed-keys forms several times slower. The
+    # output projection contracts (head, head_dim) in memory order as one [H*hd, D] matmul, so no
+    # per-step transpose of the kernel or the activations.
+    out = self._attend(q.transpose(0, 2, 3, 1, 4), keys, values, ctx.bias, "bkgth,bkhs,bksh")
     out = out.transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * self.head_dim)
     return out @ o_kernel.reshape(-1, o_kernel.shape[-1]), cache_kv
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from agent_r1_jax.models.config import Qwen2Config
-from agent_r1_jax.models.kv_cache import CACHE_AXES, KVCache
+from agent_r1_jax.models.kv_cache import KEY_AXES, VALUE_AXES, KVCache
 from agent_r1_jax.models.layers import (_NEG_INF, AttentionContext, DecoderBlock, RMSNorm, param,
                                         rope_tables, write_slots)
 from agent_r1_jax.models.sharding import constrain
@@ -85,8 +85,8 @@ class Qwen2Model(nnx.Module):
     for i, block in enumerate(self.layers):
       if cache is not None:
         x, (k, v) = block(x, ctx, (cache.k[i], cache.v[i]))
-        keys.append(constrain(k, CACHE_AXES))
-        values.append(constrain(v, CACHE_AXES))
+        keys.append(constrain(k, KEY_AXES))
+        values.append(constrain(v, VALUE_AXES))
       elif self.remat:
         x, _ = nnx.remat(lambda blk, h, c: blk(h, c))(block, x, ctx)
       else:
