@@ -115,16 +115,32 @@ class Qwen2ForCausalLM(nnx.Module):
       self.lm_head = param(rngs, (config.hidden_size, config.vocab_size), ("embed", "vocab"),
                            param_dtype)
 
-  def logits(self, hidden: jax.Array) -> jax.Array:
-    """hidden `[..., D]` -> float32 logits `[..., V]` (accumulated in float32)."""
+  def logits(self, hidden: jax.Array, head: jax.Array | None = None) -> jax.Array:
+    """hidden `[..., D]` -> float32 logits `[..., V]` (accumulated in float32).
+
+    Args:
+      head: `self.head_kernel()`, when the caller has it (a decode loop computes it once).
+    """
     cd = self.compute_dtype
-    if self.config.tie_word_embeddings:
+    if head is not None:
+      out = jnp.einsum("...d,dv->...v", hidden, head, preferred_element_type=jnp.float32)
+    elif self.config.tie_word_embeddings:
       out = jnp.einsum("...d,vd->...v", hidden, self.model.embed[...].astype(cd),
                        preferred_element_type=jnp.float32)
     else:
       out = jnp.einsum("...d,dv->...v", hidden, self.lm_head[...].astype(cd),
                        preferred_element_type=jnp.float32)
     return out.astype(jnp.float32)
+
+  def head_kernel(self) -> jax.Array:
+    """The LM head `[D, V]` in compute dtype: the embedding transposed when tied.
+
+    Taken once outside a decode loop, it makes every step's logits a plain matmul; with the tied
+    `[V, D]` embedding XLA:CPU re-packed the whole matrix on every step.
+    """
+    if self.config.tie_word_embeddings:
+      return self.model.embed[...].astype(self.compute_dtype).T
+    return self.lm_head[...].astype(self.compute_dtype)
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *,
                cache: KVCache | None = None):

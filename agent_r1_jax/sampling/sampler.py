@@ -101,6 +101,7 @@ def _extend(graphdef, params, cache, last_logits, ids, mask):
 def _decode(graphdef, params, cache, last_logits, budgets, stop_ids, rng, *, sampling,
             width, pad_id):
   model = nnx.merge(graphdef, params)
+  head = model.head_kernel()
   b = budgets.shape[0]
   max_steps = jnp.max(budgets)
 
@@ -124,7 +125,7 @@ def _decode(graphdef, params, cache, last_logits, budgets, stop_ids, rng, *, sam
     # Feed the token back so it is in the cache and the next logits exist, even for the last token
     # of a segment: the next turn continues from it.
     hidden, cache = model.model(token[:, None], active[:, None].astype(jnp.int32), cache=cache)
-    logits = jnp.where(active[:, None], model.logits(hidden[:, 0]), logits)
+    logits = jnp.where(active[:, None], model.logits(hidden[:, 0], head), logits)
     return step + 1, cache, logits, tokens, logprobs, count, done | stopped | exhausted, reason
 
   init = (jnp.int32(0), cache, last_logits, jnp.full((b, width), pad_id, jnp.int32),
