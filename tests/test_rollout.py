@@ -507,6 +507,27 @@ def test_metrics_fractions():
   assert metrics["rollout/tool_calls_mean"] == (0 + 2 + 1 + 0) / 4
 
 
+def test_trimmed_drops_only_padding_and_keeps_the_reward_slots():
+  config = RolloutConfig(max_prompt_length=64, max_response_length=200, max_turns=3, max_new_tokens_per_turn=100)
+  batch, _, _ = rollout([[call("q=a"), ANSWER, RAMBLE], [ANSWER] * 3], config)
+  longest_prompt = int(batch.prompt_mask.sum(axis=1).max())
+  longest_response = int(batch.response_lengths.max())
+  small = batch.trimmed(longest_prompt, longest_response)
+  assert small.input_ids.shape == (2, longest_prompt + longest_response)
+  for b in range(2):
+    assert row_response(small, b) == row_response(batch, b)
+    np.testing.assert_array_equal(small.input_ids[b][small.attention_mask[b] == 1],
+                                  batch.input_ids[b][batch.attention_mask[b] == 1])
+    np.testing.assert_array_equal(small.position_ids[b][small.attention_mask[b] == 1],
+                                  batch.position_ids[b][batch.attention_mask[b] == 1])
+  np.testing.assert_array_equal(small.token_level_rewards([1.0, -1.0]),
+                                batch.token_level_rewards([1.0, -1.0])[:, :longest_response])
+  with pytest.raises(ValueError, match="cannot trim"):
+    batch.trimmed(longest_prompt - 1, longest_response)
+  with pytest.raises(ValueError, match="cannot trim"):
+    batch.trimmed(longest_prompt, longest_response - 1)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Multi-host: a process keeps stepping (zero budgets) while another process still has active rows
 # ---------------------------------------------------------------------------------------------------------

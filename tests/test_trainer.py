@@ -3,6 +3,7 @@ dry run and the user-facing errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -99,6 +100,38 @@ def test_ablation_switches_choose_exactly_the_masked_tokens(algorithm, loss_mask
   assert np.all(np.abs(adv[chosen[advantage_mask] == 1]) > 0)
   observation = (traj.response_mask == 1) & (traj.action_mask == 0)
   assert np.any(adv[observation] != 0) == (advantage_mask == "response")
+
+
+def _with_padding(traj: TrajectoryBatch, prompt_pad: int, response_pad: int) -> TrajectoryBatch:
+  """`traj` with `prompt_pad` more left-padding columns and `response_pad` more right-padding columns."""
+  def left(x):
+    return np.pad(x, ((0, 0), (prompt_pad, 0)))
+
+  def right(x):
+    return np.pad(x, ((0, 0), (0, response_pad)))
+  return dataclasses.replace(
+      traj, prompt_ids=left(traj.prompt_ids), prompt_mask=left(traj.prompt_mask),
+      response_ids=right(traj.response_ids), response_mask=right(traj.response_mask),
+      action_mask=right(traj.action_mask), sampler_logprobs=right(traj.sampler_logprobs))
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_trimming_padding_columns_leaves_every_learner_input_unchanged(algorithm, tmp_path):
+  traj = _with_padding(_handmade_trajectory(), prompt_pad=6, response_pad=12)  # P = 9, R = 22
+  scores = [{"score": s} for s in (1.0, 0.0, 0.5, -1.0)]
+  padded, _ = loop.RLTrainer(micro_config(algorithm, **{"trainer.length_multiple": 0}),
+                             tmp_path / "full").prepare_batch(traj, scores)
+  trimmed, _ = loop.RLTrainer(micro_config(algorithm, **{"trainer.length_multiple": 4}),
+                              tmp_path / "trim").prepare_batch(traj, scores)
+  # Longest prompt 3 -> 4 columns, longest response 8 -> 8 columns.
+  assert trimmed["input_ids"].shape == (4, 12) and padded["input_ids"].shape == (4, 31)
+  np.testing.assert_array_equal(np.asarray(trimmed["input_ids"]), np.asarray(padded["input_ids"])[:, 5:17])
+  response_keys = [k for k, v in padded.items() if v.ndim == 2 and v.shape[1] == 22]
+  assert {"old_log_probs", "advantages", "returns", "loss_mask"} <= set(response_keys)
+  for key in response_keys:
+    np.testing.assert_allclose(np.asarray(trimmed[key]), np.asarray(padded[key])[:, :8], atol=1e-5, err_msg=key)
+    assert np.all(np.asarray(padded[key])[:, 8:] == 0) or key in ("old_log_probs", "ref_log_probs",
+                                                                  "old_values"), key
 
 
 def _comparable(rows):

@@ -116,6 +116,28 @@ class TrajectoryBatch:
     """int32 [B, P+R]: max(cumsum(attention_mask) - 1, 0), the sampler's RoPE positions on real tokens."""
     return np.maximum(np.cumsum(self.attention_mask, axis=1) - 1, 0).astype(np.int32)
 
+  def trimmed(self, prompt_length: int, response_length: int) -> TrajectoryBatch:
+    """The same batch with P and R shrunk: prompt columns cut on the left, response columns on the right.
+
+    The learner's cost grows with (P+R)^2 through attention, so a batch whose rows are all shorter than the
+    rollout limits is trimmed before it is moved to devices. Only padding may be cut: every index
+    (`last_action_index`, `turn_last_action_index`) stays valid because responses are right-padded.
+
+    Raises:
+      ValueError: if a real prompt or response token would be cut.
+    """
+    longest_prompt = int(self.prompt_mask.sum(axis=1).max(initial=0))
+    longest_response = int(self.response_lengths.max(initial=0))
+    if not (longest_prompt <= prompt_length <= self.prompt_length
+            and longest_response <= response_length <= self.response_length):
+      raise ValueError(f"cannot trim to P={prompt_length}, R={response_length}: rows need P >= {longest_prompt}, "
+                       f"R >= {longest_response} and the batch has P={self.prompt_length}, R={self.response_length}")
+    cut_p, cut_r = slice(self.prompt_length - prompt_length, None), slice(0, response_length)
+    return dataclasses.replace(
+        self, prompt_ids=self.prompt_ids[:, cut_p], prompt_mask=self.prompt_mask[:, cut_p],
+        response_ids=self.response_ids[:, cut_r], response_mask=self.response_mask[:, cut_r],
+        action_mask=self.action_mask[:, cut_r], sampler_logprobs=self.sampler_logprobs[:, cut_r])
+
   # ---- rewards -------------------------------------------------------------------------------------------
 
   def outcome_rewards_to_tokens(self, scores: Sequence[float] | np.ndarray) -> np.ndarray:

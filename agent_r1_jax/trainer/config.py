@@ -78,6 +78,9 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.data.train_split = "train"
   c.data.val_sources = ("hotpotqa", "2wikimultihopqa", "musique")
   c.data.shuffle_seed = 0
+  # The chat template's `# Tools` block (the schemas, as Qwen2.5-Instruct expects them). A model trained from
+  # scratch learns the call format from its warm-up data, not from this constant text.
+  c.data.tools_in_prompt = True
   c.data.synthetic = config_dict.ConfigDict(dict(
       seed=0, num_train=1200, num_validation=200, num_test=200))
 
@@ -167,6 +170,8 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.trainer.eval_num_examples = 500             # per validation source
   c.trainer.progress_bar = True
   c.trainer.export_hf = True
+  # Learner batches are cut to their longest row rounded up to this multiple (0: always the rollout limits).
+  c.trainer.length_multiple = 64
 
   # ---- supervised warm-up (tiny preset: the model starts from scratch) ----------------------------------
   c.sft = config_dict.ConfigDict()

@@ -42,6 +42,15 @@ Batch = dict[str, jax.Array]
 # Forward passes restricted to the response.
 
 
+def bucket_length(needed: int, multiple: int, cap: int) -> int:
+  """`needed` rounded up to a multiple of `multiple`, at most `cap`: the padded width of one batch.
+
+  Padding every batch to the configured maximum would make attention cost O(max^2) per row; padding to the
+  batch's own longest row, rounded up, keeps the number of compiled shapes at most cap / multiple.
+  """
+  return min(cap, -(-max(needed, 1) // multiple) * multiple)
+
+
 def response_hidden(model: nnx.Module, input_ids: jax.Array, attention_mask: jax.Array,
                     response_length: int) -> jax.Array:
   """Backbone hidden states that predict each response token: `[B, R, D]`."""

@@ -35,6 +35,7 @@ from agent_r1_jax.models import (Qwen2Config, Qwen2ForCausalLM, Qwen2ValueModel,
 from agent_r1_jax.models.sharding import place as place_on_mesh
 from agent_r1_jax.rollout import RolloutConfig, run_episodes
 from agent_r1_jax.sampling import Sampler, SamplingParams
+from agent_r1_jax.sampling.multihost import agreed_max
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import evaluation, learner as learner_lib, memory, reporting, sft as sft_lib, task as task_lib
 from agent_r1_jax.trainer.checkpointing import Checkpointer
@@ -283,12 +284,13 @@ class RLTrainer:
                        "set --config.sft.enabled=False for real data")
     t0 = time.perf_counter()
     trajs = expert_trajectories(files, "train", error_rate=c.sft.expert_error_rate, seed=c.seed, env=self.task.env)
-    examples = sft_examples(self.task.tokenizer, trajs, self.task.tool_schemas)
+    examples = sft_examples(self.task.tokenizer, trajs, self.task.prompt_tool_schemas)
     params = sft_lib.run_sft(
         self.actor_graphdef, self.state["actor"], examples, steps=c.sft.steps, batch_size=c.sft.batch_size,
         lr=c.sft.lr, warmup_steps=c.sft.warmup_steps, weight_decay=c.sft.weight_decay,
         prompt_length=c.rollout.max_prompt_length, response_length=c.rollout.max_response_length,
-        pad_id=int(self.task.tokenizer.pad_token_id), seed=c.seed, log_fn=log)
+        pad_id=int(self.task.tokenizer.pad_token_id), seed=c.seed,
+        length_multiple=c.trainer.length_multiple or None, log_fn=log)
     self.state["actor"] = params
     self.state["actor_opt"] = self._on_mesh(self.learner.actor_tx.init(params))
     if "ref" in self.state:
@@ -323,10 +325,21 @@ class RLTrainer:
         check_env=False)
     return traj, evaluation.score_batch(traj, reward_style=c.algorithm.reward_style)
 
+  def _trim(self, traj):
+    """`traj` cut to its longest prompt / response (over all processes), rounded up to
+    `trainer.length_multiple`: the learner's passes then cost what the rows need, not the rollout limits."""
+    multiple = self.c.trainer.length_multiple
+    if not multiple:
+      return traj
+    need_p, need_r = agreed_max([traj.prompt_mask.sum(axis=1).max(), traj.response_lengths.max()])
+    return traj.trimmed(learner_lib.bucket_length(int(need_p), multiple, traj.prompt_length),
+                        learner_lib.bucket_length(int(need_r), multiple, traj.response_length))
+
   def prepare_batch(self, traj, scores: list[dict]) -> tuple[dict[str, jax.Array], dict[str, Any]]:
     """Learner inputs for a scored rollout: masks, old/ref log-probs, (KL-penalised) rewards, values,
     advantages and returns, all on device with the batch sharded over (data, fsdp)."""
     c = self.c
+    traj = self._trim(traj)
     token_rewards = traj.token_level_rewards([s["score"] for s in scores])
     rl.check_inputs(token_rewards, traj.action_mask, group_ids=traj.group_ids)
     dev = traj.to_device(self.batch_sharding, extra={"token_level_rewards": token_rewards})

@@ -22,11 +22,16 @@ from agent_r1_jax.trainer import learner as learner_lib
 
 
 def learner_batch(examples: Sequence[Any], prompt_length: int, response_length: int,
-                  pad_id: int) -> dict[str, np.ndarray]:
+                  pad_id: int, *, multiple: int | None = None) -> dict[str, np.ndarray]:
   """`SFTExample`s in the learner layout: `input_ids`/`attention_mask` [B, P+R], `responses`, `loss_mask`.
 
-  Built on `data.collate` (the rollout's layout); a response longer than R is cut on the right.
+  Built on `data.collate` (the rollout's layout); a response longer than R is cut on the right. With
+  `multiple`, P and R shrink to the batch's longest prompt / response rounded up to that multiple
+  (`learner.bucket_length`); the loss is unchanged because the dropped columns are all padding.
   """
+  if multiple:
+    prompt_length = learner_lib.bucket_length(max(len(e.prompt_ids) for e in examples), multiple, prompt_length)
+    response_length = learner_lib.bucket_length(max(len(e.response_ids) for e in examples), multiple, response_length)
   c = collate(examples, prompt_length=prompt_length, response_length=response_length, pad_id=pad_id)
   ids = np.concatenate([c["prompt_ids"], c["response_ids"]], axis=1)
   return {"input_ids": ids, "attention_mask": np.concatenate([c["prompt_mask"], c["response_mask"]], axis=1),
@@ -59,8 +64,11 @@ class SupervisedTrainer:
 
 def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], *, steps: int, batch_size: int,
             lr: float, warmup_steps: int, weight_decay: float, prompt_length: int, response_length: int,
-            pad_id: int, seed: int, log_fn=None) -> nnx.State:
-  """Runs `steps` warm-up updates over shuffled epochs of `examples`; returns the trained parameters."""
+            pad_id: int, seed: int, length_multiple: int | None = 64, log_fn=None) -> nnx.State:
+  """Runs `steps` warm-up updates over shuffled epochs of `examples`; returns the trained parameters.
+
+  Each batch is padded only to its own length bucket (`length_multiple`; None pads to the full P and R).
+  """
   if not examples:
     raise ValueError("supervised warm-up has no examples (the expert produced no grounded trajectory)")
   trainer = SupervisedTrainer(graphdef, lr=lr, warmup_steps=warmup_steps, total_steps=steps,
@@ -72,7 +80,8 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
     if len(order) < batch_size:
       order.extend(rng.permutation(len(examples)).tolist())
     chosen, order = order[:batch_size], order[batch_size:]
-    batch = learner_batch([examples[i] for i in chosen], prompt_length, response_length, pad_id)
+    batch = learner_batch([examples[i] for i in chosen], prompt_length, response_length, pad_id,
+                          multiple=length_multiple)
     params, opt_state, metrics = trainer.step(params, opt_state, batch)
     if log_fn is not None:
       log_fn(step, metrics)

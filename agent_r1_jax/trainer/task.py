@@ -31,14 +31,20 @@ class Task:
   validation: dict[str, Sequence[Mapping[str, Any]]]   # data source -> examples (periodic evaluation)
   test: dict[str, Sequence[Mapping[str, Any]]]         # data source -> examples (held-out summary)
   synthetic_files: Any = None                          # SyntheticWorldFiles for the synthetic source
+  tools_in_prompt: bool = True                         # list the tool schemas in the system turn
 
   @property
   def tool_schemas(self) -> list[dict]:
     return self.env.tool_schemas
 
+  @property
+  def prompt_tool_schemas(self) -> list[dict] | None:
+    """The schemas the chat template lists in the prompt (None: the system turn has no `# Tools` block)."""
+    return self.tool_schemas if self.tools_in_prompt else None
+
   def render(self, example: Mapping[str, Any]) -> str:
-    """The chat-template prompt of one example (system + tools + `Question: ...`, assistant header)."""
-    return prompts.render_prompt(self.tokenizer, example["question"], self.tool_schemas)
+    """The chat-template prompt of one example (system [+ tools] + `Question: ...`, assistant header)."""
+    return prompts.render_prompt(self.tokenizer, example["question"], self.prompt_tool_schemas)
 
 
 def _env_from_tools(tools: list, c: config_dict.ConfigDict):
@@ -65,7 +71,8 @@ def _synthetic_task(c: config_dict.ConfigDict) -> Task:
   tokenizer = _load_tokenizer(c.model.tokenizer_path or str(files.tokenizer_dir))
   return Task(tokenizer=tokenizer, env=_env_from_tools(tools, c), train=files.examples("train"),
               validation={SYNTHETIC_SOURCE: files.examples("validation")},
-              test={SYNTHETIC_SOURCE: files.examples("test")}, synthetic_files=files)
+              test={SYNTHETIC_SOURCE: files.examples("test")}, synthetic_files=files,
+              tools_in_prompt=c.data.tools_in_prompt)
 
 
 def _multihopqa_task(c: config_dict.ConfigDict) -> Task:
@@ -87,7 +94,7 @@ def _multihopqa_task(c: config_dict.ConfigDict) -> Task:
   tools = build_tools(list(c.tool.tools), tool_options(c))
   tokenizer = _load_tokenizer(c.model.tokenizer_path or c.model.path)
   return Task(tokenizer=tokenizer, env=_env_from_tools(tools, c), train=train, validation=validation,
-              test=validation)
+              test=validation, tools_in_prompt=c.data.tools_in_prompt)
 
 
 def _load_tokenizer(path: str | None):
