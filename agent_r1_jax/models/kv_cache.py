@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from agent_r1_jax.models.config import Qwen2Config
+from agent_r1_jax.models.sharding import constrain
 
 KEY_AXES = ("batch", "act_kv_heads", "head_dim", "cache_length")
 VALUE_AXES = ("batch", "act_kv_heads", "cache_length", "head_dim")
@@ -59,6 +60,14 @@ class KVCache:
                v=tuple(jnp.zeros(v_shape, dtype) for _ in layers),
                valid=jnp.zeros((batch, max_length), bool),
                lengths=jnp.zeros((batch,), jnp.int32), cursor=jnp.zeros((batch,), jnp.int32))
+
+  def padded(self, max_length: int) -> KVCache:
+    """This cache with empty (invalid) slots appended up to `max_length` slots per row."""
+    extra = max_length - self.max_length
+    k = tuple(constrain(jnp.pad(a, ((0, 0), (0, 0), (0, 0), (0, extra))), KEY_AXES) for a in self.k)
+    v = tuple(constrain(jnp.pad(a, ((0, 0), (0, 0), (0, extra), (0, 0))), VALUE_AXES) for a in self.v)
+    valid = jnp.pad(self.valid, ((0, 0), (0, extra)))
+    return dataclasses.replace(self, k=k, v=v, valid=valid)
 
   @property
   def max_length(self) -> int:

@@ -84,9 +84,10 @@ def _config_from_graphdef(graphdef) -> Qwen2Config:
 
 def _prefill(graphdef, params, ids, mask, *, max_length, cache_dtype):
   model = nnx.merge(graphdef, params)
-  cache = KVCache.init(model.config, ids.shape[0], max_length, cache_dtype)
+  # The prompt attends over its own Pb slots only; the empty rest of the cache is appended afterwards.
+  cache = KVCache.init(model.config, ids.shape[0], ids.shape[1], cache_dtype)
   hidden, cache = model.model(ids, mask, cache=cache)
-  return cache, model.logits(hidden[:, -1])  # left padding: the last column is real
+  return cache.padded(max_length), model.logits(hidden[:, -1])  # left padding: last column is real
 
 
 def _extend(graphdef, params, cache, last_logits, ids, mask):
