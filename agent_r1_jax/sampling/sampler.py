@@ -39,7 +39,7 @@ class SamplerState:
   """Device cache + next-token logits, plus host-side bookkeeping used for validation.
 
   Attributes:
-    cache: the KV cache (`[L, Bb * processes, S, K, hd]`), Bb = batch bucket of the local rows.
+    cache: the KV cache over `Bb * processes` rows (see `KVCache`), Bb = batch bucket of the local rows.
     last_logits: float32 `[Bb * processes, V]`, logits of each row's next token.
     batch_size: B, this process's rows (local rows >= B are padding).
     prompt_width: Pb, slots the (bucketed, left-padded) prompt occupies.
