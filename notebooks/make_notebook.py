@@ -34,7 +34,7 @@ This notebook runs the whole Agent-R1 pipeline (arXiv:2511.14460) at toy scale w
 
 It runs on a CPU runtime; a GPU/TPU runtime only makes it faster. The settings below only demonstrate the
 pipeline: for a policy that actually searches and answers, use the preset's defaults
-(`--config.sft.steps=300 --config.trainer.total_steps=30`).
+(no `--config.sft.stages` or `--config.trainer.total_steps` override).
 """),
     ("markdown", """
 ## 1. Install
@@ -122,7 +122,7 @@ policy-gradient loss is 0. On 2 CPU cores shared with other jobs this cell took 
 """),
     ("code", f"""
 !python -m agent_r1_jax.train --config=configs/grpo_multihopqa.py:tiny --workdir={WORKDIR} \\
-    --config.sft.steps=20 --config.trainer.total_steps=2 --config.trainer.eval_num_examples=16 \\
+    --config.sft.stages=all:20:16 --config.trainer.total_steps=2 --config.trainer.eval_num_examples=16 \\
     --config.trainer.progress_bar=False
 """),
     ("markdown", """

@@ -101,7 +101,7 @@ def test_training_command_overrides_name_real_config_fields(notebook):
   algorithm = pathlib.Path(path).stem.replace("_multihopqa", "")
   config = base_config(algorithm, preset)
   overrides = [a for a in argv if a.startswith("--config.")]
-  assert {"--config.sft.steps=20", "--config.trainer.total_steps=2"} <= set(overrides)
+  assert {"--config.sft.stages=all:20:16", "--config.trainer.total_steps=2"} <= set(overrides)
   for arg in overrides:
     node = config
     for part in arg[len("--config."):].split("=", 1)[0].split("."):

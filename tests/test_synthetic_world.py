@@ -105,6 +105,35 @@ def test_expert_is_perfect_at_zero_error_and_degrades_with_error_rate(world_file
   assert ems[0] == 1.0 and ems[0] > ems[1] > ems[2]
 
 
+def test_expert_guessing_at_the_start_either_searches_every_hop_or_never(world_files, env):
+  trajectories = expert_trajectories(world_files, "validation", env=env, error_rate=0.5, guess_at="start", seed=3)
+  guessed = [t for t in trajectories if t.guessed]
+  assert 0.35 < len(guessed) / len(trajectories) < 0.65
+  for t in trajectories:
+    assert t.num_tool_calls == (0 if t.guessed else len(t.question["hops"]))
+  each_hop = expert_trajectories(world_files, "validation", env=env, error_rate=0.5, seed=3)
+  assert any(0 < t.num_tool_calls < len(t.question["hops"]) for t in each_hop)  # the other mode stops midway
+  with pytest.raises(ValueError, match="guess_at"):
+    expert_trajectories(world_files, "validation", env=env, error_rate=0.5, guess_at="middle", limit=2)
+
+
+def test_verbose_answers_state_the_right_fact_but_miss_exact_match(world_files, env):
+  terse = expert_trajectories(world_files, "validation", env=env, error_rate=0.3, seed=3)
+  verbose = expert_trajectories(world_files, "validation", env=env, error_rate=0.3, verbose_rate=0.5, seed=3)
+  assert [t.guessed for t in terse] == [t.guessed for t in verbose]  # separate draws: guesses unchanged
+  searched = [(a, b) for a, b in zip(terse, verbose) if not a.guessed]
+  changed = [(a, b) for a, b in searched if a.answer != b.answer]
+  assert 0.35 < len(changed) / len(searched) < 0.65
+  for a, b in changed:
+    final_thought = b.segments[-1][0].split("<think>")[1].split("</think>")[0]
+    assert b.answer == final_thought.strip() and a.answer in b.answer
+    score = compute_score(b.response_text, b.question["answers"])
+    assert score["em"] == 0.0 and score["substring_acc"] == 1.0 and score["format"] == 1.0
+  for a, b in searched:
+    if a.answer == b.answer:
+      assert a.response_text == b.response_text
+
+
 def test_expert_observations_are_the_env_framing(world_files, env):
   traj = expert_trajectories(world_files, "train", env=env, limit=5)
   for t in traj:
@@ -181,3 +210,27 @@ def test_collate_matches_a_plain_loop(world_files, env):
     assert batch["truncated"][i] == (len(ex.response_ids) > r)
   with pytest.raises(ValueError, match="raise the prompt length"):
     collate(examples, prompt_length=p - 1, response_length=r, pad_id=0)
+
+
+def test_first_turns_is_the_prefix_ending_at_that_turns_last_action(world_files, env):
+  from agent_r1_jax.data.sft import first_turns
+  tokenizer = world_files.load_tokenizer()
+  trajectories = expert_trajectories(world_files, "train", env=env, limit=8)
+  examples = sft_examples(tokenizer, trajectories, None)
+  for traj, ex in zip(trajectories, examples):
+    actions = [text for text, is_action in traj.segments if is_action]
+    for k in range(1, len(actions) + 2):
+      cut = first_turns(ex, k)
+      # Reference: the text of the first k assistant turns and the k-1 observations between them.
+      pieces, seen = [], 0
+      for text, is_action in traj.segments:
+        if seen == k:
+          break
+        pieces.append(text)
+        seen += is_action
+      assert tokenizer.decode(cut.response_ids) == "".join(pieces)
+      np.testing.assert_array_equal(cut.response_ids, ex.response_ids[:len(cut.response_ids)])
+      np.testing.assert_array_equal(cut.action_mask, ex.action_mask[:len(cut.response_ids)])
+      assert cut.action_mask[-1] == 1
+      np.testing.assert_array_equal(cut.prompt_ids, ex.prompt_ids)
+    assert first_turns(ex, 0) is ex

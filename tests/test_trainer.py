@@ -213,3 +213,15 @@ def test_every_shipped_config_is_valid(algorithm, preset):
   config_lib.validate(c)
   rows = c.trainer.batch_size * c.rollout.n_samples
   assert rows % (c.actor.num_mini_batches * c.actor.micro_batch_size) == 0
+
+
+def test_sft_stage_spec_is_parsed_or_refused_with_one_message():
+  from agent_r1_jax.trainer.sft import Stage, parse_stages
+  assert parse_stages("1:300:32, 2:150:32,all:150:16") == [Stage(1, 300, 32), Stage(2, 150, 32), Stage(0, 150, 16)]
+  for bad in ("", "1:300", "0:10:4", "x:10:4", "all:10:0", "all:-1:4", "1:2:3:4"):
+    with pytest.raises(ValueError, match="sft.stages"):
+      parse_stages(bad)
+  c = config_lib.base_config("grpo")
+  c.sft.stages = "1:300"
+  with pytest.raises(ValueError, match="turns:steps:batch_size"):
+    config_lib.validate(c)

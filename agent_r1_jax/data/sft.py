@@ -46,6 +46,22 @@ def tokenize_trajectory(tokenizer: Any, prompt_text: str, segments: Sequence[tup
                     example_id=example_id)
 
 
+def first_turns(example: SFTExample, turns: int) -> SFTExample:
+  """`example` cut right after its `turns`-th assistant turn (the whole example when it has fewer turns).
+
+  The result is a prefix of the same token sequence, so a model's loss on its action tokens equals the loss
+  on those tokens inside the full example; it just costs less attention. `turns` <= 0 keeps everything.
+  """
+  if turns <= 0:
+    return example
+  mask = np.asarray(example.action_mask)
+  turn_ends = np.flatnonzero(np.diff(np.concatenate([[0], mask, [0]])) == -1)  # one past each action run
+  if len(turn_ends) <= turns:
+    return example
+  end = int(turn_ends[turns - 1])
+  return dataclasses.replace(example, response_ids=example.response_ids[:end], action_mask=mask[:end])
+
+
 def collate(examples: Sequence[SFTExample], *, prompt_length: int, response_length: int,
             pad_id: int) -> dict[str, np.ndarray]:
   """Fixed-shape arrays in the rollout's `TrajectoryBatch` layout (B = len(examples)).

@@ -159,18 +159,19 @@ class Attention(nnx.Module):
     q = constrain(q, ("batch", "length", "act_heads", "head_dim"))
     q = q.reshape(b, t, self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim)
     o_kernel = self.o_kernel[...].astype(self.compute_dtype)
+    # Heads-major operands make q @ keys and weights @ values plain (non-transposed) batched matmuls
+    # over (b, k); XLA:CPU ran the token-major or transposed-keys forms several times slower (forward
+    # and backward: the [B, K, G, T, S] scores are the largest arrays of a training step). The output
+    # projection contracts (head, head_dim) in memory order as one [H*hd, D] matmul, so no per-step
+    # transpose of the kernel or the activations.
+    q = q.transpose(0, 2, 3, 1, 4)
     if cache_kv is None:
-      out = self._attend(q, k, v, ctx.bias, "btkgh,bskh,bskh")
-      out = out.reshape(b, t, self.num_heads, self.head_dim)
-      return jnp.einsum("btnh,nhd->btd", out, o_kernel), None
-    cache_kv = (write_keys(cache_kv[0], k, ctx.write_slots),
-                write_values(cache_kv[1], v, ctx.write_slots))
-    keys, values = (a.astype(self.compute_dtype) for a in cache_kv)
-    # Heads-major queries make q @ keys and weights @ values plain (non-transposed) batched matmuls
-    # over (b, k); XLA:CPU ran the token-major or transposed-keys forms several times slower. The
-    # output projection contracts (head, head_dim) in memory order as one [H*hd, D] matmul, so no
-    # per-step transpose of the kernel or the activations.
-    out = self._attend(q.transpose(0, 2, 3, 1, 4), keys, values, ctx.bias, "bkgth,bkhs,bksh")
+      out = self._attend(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), ctx.bias, "bkgth,bksh,bksh")
+    else:
+      cache_kv = (write_keys(cache_kv[0], k, ctx.write_slots),
+                  write_values(cache_kv[1], v, ctx.write_slots))
+      keys, values = (a.astype(self.compute_dtype) for a in cache_kv)
+      out = self._attend(q, keys, values, ctx.bias, "bkgth,bkhs,bksh")
     out = out.transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * self.head_dim)
     return out @ o_kernel.reshape(-1, o_kernel.shape[-1]), cache_kv
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from ml_collections import config_dict
 
+from agent_r1_jax.data.prompts import INSTRUCTION
+
 ALGORITHMS: dict[str, dict] = {
     "ppo": dict(adv_estimator="gae", use_critic=True, n_samples=1, kl="reward"),
     "grpo": dict(adv_estimator="grpo", use_critic=False, n_samples=5, kl="loss"),
@@ -81,6 +83,7 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # The chat template's `# Tools` block (the schemas, as Qwen2.5-Instruct expects them). A model trained from
   # scratch learns the call format from its warm-up data, not from this constant text.
   c.data.tools_in_prompt = True
+  c.data.instruction = INSTRUCTION              # the line after `Question: ...` in the user turn
   c.data.synthetic = config_dict.ConfigDict(dict(
       seed=0, num_train=1200, num_validation=200, num_test=200))
 
@@ -176,12 +179,15 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # ---- supervised warm-up (tiny preset: the model starts from scratch) ----------------------------------
   c.sft = config_dict.ConfigDict()
   c.sft.enabled = False
-  c.sft.steps = 0
-  c.sft.batch_size = 32
+  # Stages "turns:steps:batch_size,...": trajectories cut after their first `turns` assistant turns (`all`:
+  # whole), shortest first (see trainer/sft.py); one warm-up + cosine schedule spans all stages.
+  c.sft.stages = "all:200:32"
   c.sft.lr = 1e-3
   c.sft.warmup_steps = 20
   c.sft.weight_decay = 0.0
-  c.sft.expert_error_rate = 0.0
+  c.sft.expert_error_rate = 0.0                 # the expert guesses instead of searching with this probability
+  c.sft.expert_guess_at = "each_hop"            # ... at every hop, or only at the "start" (see synthetic/expert.py)
+  c.sft.expert_verbose_rate = 0.0               # its final answer is a full sentence with this probability
 
   # ---- mesh --------------------------------------------------------------------------------------------
   c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
@@ -224,8 +230,7 @@ def _apply_tiny(c: config_dict.ConfigDict) -> None:
   c.trainer.eval_batch_size = 64
   c.trainer.eval_num_examples = 64
   c.sft.enabled = True
-  c.sft.steps = 150
-  c.sft.batch_size = 16
+  c.sft.stages = "1:300:32,2:150:32,all:150:16"
   c.sft.lr = 2e-3
   c.sft.expert_error_rate = 0.0
   c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=1, tensor=1))
@@ -273,5 +278,8 @@ def validate(c: config_dict.ConfigDict) -> None:
                      f"rollout.n_samples >= 2 (got {c.rollout.n_samples})")
   if c.algorithm.adv_estimator == "gae" and not c.algorithm.use_critic:
     raise ValueError("adv_estimator='gae' needs a critic: set algorithm.use_critic=True")
+  if c.sft.enabled:
+    from agent_r1_jax.trainer.sft import parse_stages  # pylint: disable=import-outside-toplevel
+    parse_stages(c.sft.stages)
   if c.rollout.max_context_length < c.rollout.max_prompt_length + 1:
     raise ValueError("rollout.max_context_length must exceed rollout.max_prompt_length")

@@ -283,10 +283,12 @@ class RLTrainer:
       raise ValueError("sft.enabled needs the synthetic task (the scripted expert plays in the synthetic world); "
                        "set --config.sft.enabled=False for real data")
     t0 = time.perf_counter()
-    trajs = expert_trajectories(files, "train", error_rate=c.sft.expert_error_rate, seed=c.seed, env=self.task.env)
-    examples = sft_examples(self.task.tokenizer, trajs, self.task.prompt_tool_schemas)
+    trajs = expert_trajectories(files, "train", error_rate=c.sft.expert_error_rate, guess_at=c.sft.expert_guess_at,
+                                verbose_rate=c.sft.expert_verbose_rate, seed=c.seed, env=self.task.env)
+    examples = sft_examples(self.task.tokenizer, trajs, self.task.prompt_tool_schemas,
+                            instruction=self.task.instruction)
     params = sft_lib.run_sft(
-        self.actor_graphdef, self.state["actor"], examples, steps=c.sft.steps, batch_size=c.sft.batch_size,
+        self.actor_graphdef, self.state["actor"], examples, stages=sft_lib.parse_stages(c.sft.stages),
         lr=c.sft.lr, warmup_steps=c.sft.warmup_steps, weight_decay=c.sft.weight_decay,
         prompt_length=c.rollout.max_prompt_length, response_length=c.rollout.max_response_length,
         pad_id=int(self.task.tokenizer.pad_token_id), seed=c.seed,
@@ -436,7 +438,8 @@ class RLTrainer:
     else:
       start = 0
       if c.sft.enabled:
-        sft_log = reporting.sft_logger(c.sft.steps, c.trainer.progress_bar)
+        sft_log = reporting.sft_logger(sum(st.steps for st in sft_lib.parse_stages(c.sft.stages)),
+                                       c.trainer.progress_bar)
         self.warmup(sft_log)
         sft_log.close()
       warm_eval, _ = self.evaluate(self.task.test, max_examples=c.trainer.eval_num_examples)

@@ -35,7 +35,8 @@ class _SftLogger:
   def __call__(self, step: int, metrics: Mapping[str, Any]) -> None:
     if step % 10 == 0:
       self.last_loss = float(metrics["sft/loss"])
-      self._bar.set_postfix(loss=f"{self.last_loss:.4f}", refresh=False)
+      turns = int(metrics.get("sft/turns", 0))
+      self._bar.set_postfix(turns=turns or "all", loss=f"{self.last_loss:.4f}", refresh=False)
     self._bar.update(1)
 
   def close(self) -> None:

@@ -6,10 +6,22 @@ the loss is the token-mean negative log-likelihood over ACTION tokens only:
     L = - sum_{b,t} m_bt log pi(y_bt | y_<t) / sum_{b,t} m_bt,      m = action mask (observations excluded)
 
 so warm-up, like RL, never trains the model to produce tool output.
+
+Warm-up runs in stages of growing length (`parse_stages`): a model trained from scratch must first learn to
+copy names (from the question into its thought and query, from an observation into the next thought), and it
+learns that far faster on short sequences. Stage `k` trains on every trajectory cut after its first k
+assistant turns (`data.sft.first_turns`: a prefix, so the loss on those tokens is unchanged), e.g.
+
+    "1:300:32,2:150:32,all:150:16"   300 steps of 32 first turns (~100 tokens each, the question -> query copy),
+                                     150 steps of 32 two-turn prefixes (reading the first observation),
+                                     150 steps of 16 whole trajectories,
+
+under one warm-up + cosine learning-rate schedule over all 600 steps.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 import jax
@@ -17,8 +29,36 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from agent_r1_jax.data.sft import collate
+from agent_r1_jax.data.sft import collate, first_turns
 from agent_r1_jax.trainer import learner as learner_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+  """`steps` updates on batches of `batch_size` trajectories cut after `turns` assistant turns (0 = whole)."""
+  turns: int
+  steps: int
+  batch_size: int
+
+
+def parse_stages(spec: str) -> list[Stage]:
+  """`"turns:steps:batch_size,..."` (turns an integer >= 1 or `all`) -> stages, with one clear error."""
+  stages = []
+  for item in (part.strip() for part in spec.split(",") if part.strip()):
+    fields = item.split(":")
+    try:
+      turns, steps, batch = fields
+      stage = Stage(turns=0 if turns == "all" else int(turns), steps=int(steps), batch_size=int(batch))
+    except ValueError:
+      stage = None
+    if stage is None or stage.turns < 0 or stage.turns == 0 and turns != "all" or stage.steps < 0 \
+        or stage.batch_size < 1:
+      raise ValueError(f"sft.stages entry {item!r} must be turns:steps:batch_size with turns >= 1 or 'all', "
+                       f"steps >= 0 and batch_size >= 1 (e.g. '1:300:32,all:150:16')")
+    stages.append(stage)
+  if not stages:
+    raise ValueError("sft.stages is empty; give at least one turns:steps:batch_size entry (e.g. 'all:150:16')")
+  return stages
 
 
 def learner_batch(examples: Sequence[Any], prompt_length: int, response_length: int,
@@ -62,27 +102,33 @@ class SupervisedTrainer:
     return params, opt_state, {"sft/loss": loss, "sft/grad_norm": upd["grad_norm"]}
 
 
-def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], *, steps: int, batch_size: int,
+def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], *, stages: Sequence[Stage],
             lr: float, warmup_steps: int, weight_decay: float, prompt_length: int, response_length: int,
             pad_id: int, seed: int, length_multiple: int | None = 64, log_fn=None) -> nnx.State:
-  """Runs `steps` warm-up updates over shuffled epochs of `examples`; returns the trained parameters.
+  """Runs the warm-up `stages` in order over shuffled epochs of `examples`; returns the trained parameters.
 
   Each batch is padded only to its own length bucket (`length_multiple`; None pads to the full P and R).
+  `log_fn(step, metrics)` receives the global step (0 .. total - 1) and the stage's `sft/turns`.
   """
   if not examples:
     raise ValueError("supervised warm-up has no examples (the expert produced no grounded trajectory)")
-  trainer = SupervisedTrainer(graphdef, lr=lr, warmup_steps=warmup_steps, total_steps=steps,
+  total = sum(stage.steps for stage in stages)
+  trainer = SupervisedTrainer(graphdef, lr=lr, warmup_steps=warmup_steps, total_steps=total,
                               weight_decay=weight_decay)
   opt_state = trainer.tx.init(params)
   rng = np.random.default_rng(seed)
-  order: list[int] = []
-  for step in range(steps):
-    if len(order) < batch_size:
-      order.extend(rng.permutation(len(examples)).tolist())
-    chosen, order = order[:batch_size], order[batch_size:]
-    batch = learner_batch([examples[i] for i in chosen], prompt_length, response_length, pad_id,
-                          multiple=length_multiple)
-    params, opt_state, metrics = trainer.step(params, opt_state, batch)
-    if log_fn is not None:
-      log_fn(step, metrics)
+  step = 0
+  for stage in stages:
+    pool = [first_turns(ex, stage.turns) for ex in examples]
+    order: list[int] = []
+    for _ in range(stage.steps):
+      if len(order) < stage.batch_size:
+        order.extend(rng.permutation(len(pool)).tolist())
+      chosen, order = order[:stage.batch_size], order[stage.batch_size:]
+      batch = learner_batch([pool[i] for i in chosen], prompt_length, response_length, pad_id,
+                            multiple=length_multiple)
+      params, opt_state, metrics = trainer.step(params, opt_state, batch)
+      if log_fn is not None:
+        log_fn(step, dict(metrics, **{"sft/turns": stage.turns}))
+      step += 1
   return params

@@ -32,6 +32,7 @@ class Task:
   test: dict[str, Sequence[Mapping[str, Any]]]         # data source -> examples (held-out summary)
   synthetic_files: Any = None                          # SyntheticWorldFiles for the synthetic source
   tools_in_prompt: bool = True                         # list the tool schemas in the system turn
+  instruction: str = prompts.INSTRUCTION               # the line after `Question: ...` ("" for none)
 
   @property
   def tool_schemas(self) -> list[dict]:
@@ -44,7 +45,8 @@ class Task:
 
   def render(self, example: Mapping[str, Any]) -> str:
     """The chat-template prompt of one example (system [+ tools] + `Question: ...`, assistant header)."""
-    return prompts.render_prompt(self.tokenizer, example["question"], self.prompt_tool_schemas)
+    return prompts.render_prompt(self.tokenizer, example["question"], self.prompt_tool_schemas,
+                                 instruction=self.instruction)
 
 
 def _env_from_tools(tools: list, c: config_dict.ConfigDict):
@@ -72,7 +74,7 @@ def _synthetic_task(c: config_dict.ConfigDict) -> Task:
   return Task(tokenizer=tokenizer, env=_env_from_tools(tools, c), train=files.examples("train"),
               validation={SYNTHETIC_SOURCE: files.examples("validation")},
               test={SYNTHETIC_SOURCE: files.examples("test")}, synthetic_files=files,
-              tools_in_prompt=c.data.tools_in_prompt)
+              tools_in_prompt=c.data.tools_in_prompt, instruction=c.data.instruction)
 
 
 def _multihopqa_task(c: config_dict.ConfigDict) -> Task:
@@ -94,7 +96,7 @@ def _multihopqa_task(c: config_dict.ConfigDict) -> Task:
   tools = build_tools(list(c.tool.tools), tool_options(c))
   tokenizer = _load_tokenizer(c.model.tokenizer_path or c.model.path)
   return Task(tokenizer=tokenizer, env=_env_from_tools(tools, c), train=train, validation=validation,
-              test=validation, tools_in_prompt=c.data.tools_in_prompt)
+              test=validation, tools_in_prompt=c.data.tools_in_prompt, instruction=c.data.instruction)
 
 
 def _load_tokenizer(path: str | None):

@@ -185,14 +185,16 @@ def guess_pools(world: World) -> dict[str, list[str]]:
 
 
 def expert_trajectories(files: SyntheticWorldFiles, split: str = "train", *, error_rate: float = 0.0,
-                        seed: int = 0, env: Any = None, limit: int | None = None) -> list[expert_lib.Trajectory]:
+                        guess_at: str = "each_hop", verbose_rate: float = 0.0, seed: int = 0, env: Any = None,
+                        limit: int | None = None) -> list[expert_lib.Trajectory]:
   """The scripted expert's trajectories for (the first `limit`) questions of a split.
 
   `env` defaults to `make_search_env(files)`; pass the rollout's own env so warm-up sees its exact framing.
   """
   questions = files.questions(split)[:limit]
   env = env if env is not None else make_search_env(files)
-  expert = expert_lib.ScriptedExpert(env, guess_pools(files.world()), error_rate=error_rate, seed=seed)
+  expert = expert_lib.ScriptedExpert(env, guess_pools(files.world()), error_rate=error_rate, guess_at=guess_at,
+                                     verbose_rate=verbose_rate, seed=seed)
   return expert.run(questions)
 
 
