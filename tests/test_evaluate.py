@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from agent_r1_jax.data.prompts import INSTRUCTION
 from agent_r1_jax.evaluation import datasets as datasets_lib
 from agent_r1_jax.evaluation import methods as methods_lib
 from agent_r1_jax.evaluation import policy as policy_lib
@@ -38,6 +39,9 @@ def _config():
   c.model.hidden_size, c.model.intermediate_size, c.model.num_hidden_layers = 32, 64, 1
   c.model.num_attention_heads, c.model.num_key_value_heads = 2, 1
   c.rollout.max_observation_tokens = None  # observations are appended whole, so they decode to the env's text
+  # The full Qwen2.5 agent prompt (tool block + instruction): the scripted policies tell methods apart by it.
+  c.data.tools_in_prompt, c.data.instruction = True, INSTRUCTION
+  c.rollout.max_prompt_length, c.rollout.max_context_length = 256, 640
   c.trainer.eval_batch_size = 4
   return c
 
