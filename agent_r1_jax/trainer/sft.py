@@ -41,18 +41,24 @@ class Stage:
   batch_size: int
 
 
+def _parse_stage(item: str) -> Stage | None:
+  """One `turns:steps:batch_size` entry, or None when it is malformed or out of range."""
+  fields = item.split(":")
+  if len(fields) != 3 or not all(f.isdigit() for f in fields[1:]):
+    return None
+  turns, steps, batch = fields
+  if turns != "all" and not (turns.isdigit() and int(turns) >= 1):
+    return None
+  stage = Stage(turns=0 if turns == "all" else int(turns), steps=int(steps), batch_size=int(batch))
+  return stage if stage.batch_size >= 1 else None
+
+
 def parse_stages(spec: str) -> list[Stage]:
   """`"turns:steps:batch_size,..."` (turns an integer >= 1 or `all`) -> stages, with one clear error."""
   stages = []
   for item in (part.strip() for part in spec.split(",") if part.strip()):
-    fields = item.split(":")
-    try:
-      turns, steps, batch = fields
-      stage = Stage(turns=0 if turns == "all" else int(turns), steps=int(steps), batch_size=int(batch))
-    except ValueError:
-      stage = None
-    if stage is None or stage.turns < 0 or stage.turns == 0 and turns != "all" or stage.steps < 0 \
-        or stage.batch_size < 1:
+    stage = _parse_stage(item)
+    if stage is None:
       raise ValueError(f"sft.stages entry {item!r} must be turns:steps:batch_size with turns >= 1 or 'all', "
                        f"steps >= 0 and batch_size >= 1 (e.g. '1:300:32,all:150:16')")
     stages.append(stage)
