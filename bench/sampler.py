@@ -18,6 +18,7 @@ import tempfile
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import torch
 import transformers
@@ -76,8 +77,11 @@ def timed_pair(fn_a, fn_b, repeats=1):
   return (best_a, out_a), (best_b, out_b)
 
 
-def throughput(name, hf, ids, mask, new_tokens, repeats):
-  """Greedy decoding of `new_tokens` per row with both implementations; returns tokens/s pair."""
+def throughput(name, hf, ids, mask, new_tokens, repeats, floor=False):
+  """Greedy decoding of `new_tokens` per row with both implementations; returns tokens/s pair.
+
+  With `floor`, also prints the decode step's matmul-only time (`matmul_floor`).
+  """
   vocab = hf.config.vocab_size
   with tempfile.TemporaryDirectory() as tmp:
     hf.save_pretrained(tmp)
@@ -108,8 +112,57 @@ def throughput(name, hf, ids, mask, new_tokens, repeats):
   print(f"{name}: ours {r_ours:9.1f} tok/s ({n_ours} tokens, {t_ours:.2f} s) | transformers "
         f"{r_hf:9.1f} tok/s ({n_hf} tokens, {t_hf:.2f} s) | ratio {r_ours / r_hf:5.2f}x | "
         f"greedy token agreement {agree:.3f}", flush=True)
+  if floor:
+    jax_ms, torch_ms = matmul_floor(model.config, ids.shape[0], new_tokens)
+    hf_ms = 1e3 * t_hf / new_tokens
+    print(f"  matmul floor: the step's matmuls alone take {jax_ms:.2f} ms/step jitted "
+          f"({torch_ms:.2f} ms in PyTorch); our step {1e3 * t_ours / new_tokens:.2f} ms, generate's "
+          f"{hf_ms:.2f} ms; so no XLA:CPU decode step of this model beats generate by more than "
+          f"{hf_ms / jax_ms:.2f}x here", flush=True)
   del hf
   return r_ours / r_hf, (graphdef, params, vocab)
+
+
+def matmul_floor(config, batch, steps=128, repeats=3):
+  """ms per decode step spent in the step's matmuls alone, in a jitted loop and in PyTorch.
+
+  The decode step of a batch-`batch` model is a chain of [batch, D] x [D, N] matmuls (q, k, v, o, gate,
+  up, down per layer, then the LM head). Timing only those, with the same shapes and nothing else in the
+  loop (no attention, cache, norms or sampling), bounds how fast any XLA:CPU decode step can be; the same
+  chain in PyTorch shows how much of `generate`'s time is its matmuls.
+  """
+  d, f, v = config.hidden_size, config.intermediate_size, config.vocab_size
+  q, kv = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
+  shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, f), (d, f), (f, d)]
+  rng = np.random.RandomState(0)
+  weights = [[(0.02 * rng.randn(*s)).astype(np.float32) for s in shapes]
+             for _ in range(config.num_hidden_layers)]
+  head = (0.02 * rng.randn(d, v)).astype(np.float32)
+
+  def step(x, weights, head, mm):
+    for wq, wk, wv, wo, wg, wu, wd in weights:
+      attn = mm(x, wq) + (mm(x, wk).sum() + mm(x, wv).sum()) * 0  # k, v are computed, not used
+      x = x + mm(attn, wo)
+      x = x + mm(mm(x, wg) * mm(x, wu), wd)  # the elementwise silu is left out on purpose
+    return x + mm(x, head)[:, :d]
+
+  loop = jax.jit(lambda x, w, h: jax.lax.fori_loop(0, steps, lambda _, c: step(c, w, h, jnp.matmul), x))
+  x = jnp.ones((batch, d), jnp.float32)
+  w_jax, h_jax = jax.tree.map(jnp.asarray, weights), jnp.asarray(head)
+  w_torch, h_torch = [[torch.from_numpy(a) for a in layer] for layer in weights], torch.from_numpy(head)
+
+  def ours():
+    return loop(x, w_jax, h_jax).block_until_ready()
+
+  def theirs():
+    c = torch.ones((batch, d))
+    with torch.inference_mode():
+      for _ in range(steps):
+        c = step(c, w_torch, h_torch, torch.matmul)
+    return c
+
+  (t_jax, _), (t_torch, _) = timed_pair(ours, theirs, repeats)
+  return 1e3 * t_jax / steps, 1e3 * t_torch / steps
 
 
 def episode(graphdef, params, vocab, *, batch, prompt_len, turns, action_tokens, obs_tokens,
@@ -176,7 +229,8 @@ def main():
   small = hf_model(vocab=4096, hidden=256, inter=1024, layers=4, heads=4, kv_heads=2, tie=True)
   ids, mask = prompts(16, 16, 32, 4096)
   ratio_small, (graphdef, params, vocab) = throughput(
-      "small 4x256, vocab 4096, batch 16, 128 new", small, ids, mask, 128, args.repeats)
+      "small 4x256, vocab 4096, batch 16, 128 new", small, ids, mask, 128, args.repeats,
+      floor=True)
   ratio_ep = episode(graphdef, params, vocab, batch=16, prompt_len=128, turns=5, action_tokens=32,
                      obs_tokens=128, repeats=args.repeats)
   # Same body with the full Qwen2.5 vocabulary: the 151936 x 256 LM head dominates every step.
