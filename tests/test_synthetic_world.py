@@ -10,7 +10,7 @@ import pytest
 
 from agent_r1_jax.data import prompts
 from agent_r1_jax.data.synthetic import (WorldConfig, expert_trajectories, generate_world, make_search_env,
-                                         prepare_synthetic_world, sft_examples)
+                                         prepare_synthetic_world, sft_examples, sibling_worlds)
 from agent_r1_jax.retrieval import BM25Index, load_corpus
 from agent_r1_jax.rewards import compute_score
 
@@ -234,3 +234,22 @@ def test_first_turns_is_the_prefix_ending_at_that_turns_last_action(world_files,
       assert cut.action_mask[-1] == 1
       np.testing.assert_array_equal(cut.prompt_ids, ex.prompt_ids)
     assert first_turns(ex, 0) is ex
+
+
+def test_sibling_worlds_reuse_the_names_with_other_facts(world_files):
+  siblings = sibling_worlds(world_files, 2)
+  assert [s.config.seed for s in siblings] == [world_files.config.seed + 1, world_files.config.seed + 2]
+  assert all(s.root.parent == world_files.root.parent for s in siblings)  # same cache, prepared once
+  assert sibling_worlds(world_files, 1)[0].root == siblings[0].root
+  assert sibling_worlds(world_files, 0) == []
+  with pytest.raises(ValueError, match=">= 0"):
+    sibling_worlds(world_files, -1)
+  main = {p.title: p.text for p in load_corpus(str(world_files.corpus_path))}
+  for sibling in siblings:
+    other = {p.title: p.text for p in load_corpus(str(sibling.corpus_path))}
+    assert len(other) == len(main)
+    shared = main.keys() & other.keys()
+    # Many names recur (same pools: 94 and 120 of these 630) ...
+    assert len(shared) > len(main) // 10
+    # ... and nearly all of them state other facts, so a fact memorised in one world is wrong in the other.
+    assert sum(main[t] != other[t] for t in shared) > 0.9 * len(shared)

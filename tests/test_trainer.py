@@ -215,6 +215,18 @@ def test_every_shipped_config_is_valid(algorithm, preset):
   assert rows % (c.actor.num_mini_batches * c.actor.micro_batch_size) == 0
 
 
+def test_warmup_plays_the_expert_in_every_sibling_world(tmp_path):
+  """sft.sibling_worlds=2 warms up on the expert's trajectories of three worlds of the same size."""
+  examples = {}
+  for siblings in (0, 2):
+    c = micro_config("grpo", **{"sft.enabled": True, "sft.stages": "all:1:2", "sft.sibling_worlds": siblings})
+    trainer = loop.RLTrainer(c, tmp_path / str(siblings))
+    trainer.warmup(None)
+    examples[siblings] = trainer.meta["sft_examples"]
+  assert 0 < examples[0] <= 24  # one per grounded training question of the micro world
+  assert examples[2] > 2.5 * examples[0]
+
+
 def test_sft_stage_spec_is_parsed_or_refused_with_one_message():
   from agent_r1_jax.trainer.sft import Stage, parse_stages
   assert parse_stages("1:300:32, 2:150:32,all:150:16") == [Stage(1, 300, 32), Stage(2, 150, 32), Stage(0, 150, 16)]
@@ -224,4 +236,8 @@ def test_sft_stage_spec_is_parsed_or_refused_with_one_message():
   c = config_lib.base_config("grpo")
   c.sft.stages = "1:300"
   with pytest.raises(ValueError, match="turns:steps:batch_size"):
+    config_lib.validate(c)
+  c.sft.stages = "all:10:4"
+  c.sft.sibling_worlds = -1
+  with pytest.raises(ValueError, match="sft.sibling_worlds"):
     config_lib.validate(c)

@@ -188,6 +188,9 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.sft.expert_error_rate = 0.0                 # the expert guesses instead of searching with this probability
   c.sft.expert_guess_at = "each_hop"            # ... at every hop, or only at the "start" (see synthetic/expert.py)
   c.sft.expert_verbose_rate = 0.0               # its final answer is a full sentence with this probability
+  # Warm-up also plays the expert in this many more worlds (seeds seed+1, ...; same sizes, other facts for
+  # recurring names, new names), so imitating it takes reading observations, not memorising one world.
+  c.sft.sibling_worlds = 0
 
   # ---- mesh --------------------------------------------------------------------------------------------
   c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
@@ -291,5 +294,8 @@ def validate(c: config_dict.ConfigDict) -> None:
   if c.sft.enabled:
     from agent_r1_jax.trainer.sft import parse_stages  # pylint: disable=import-outside-toplevel
     parse_stages(c.sft.stages)
+    if not isinstance(c.sft.sibling_worlds, int) or c.sft.sibling_worlds < 0:
+      raise ValueError(f"sft.sibling_worlds must be an integer >= 0 (extra worlds the warm-up expert plays in), "
+                       f"got {c.sft.sibling_worlds!r}")
   if c.rollout.max_context_length < c.rollout.max_prompt_length + 1:
     raise ValueError("rollout.max_context_length must exceed rollout.max_prompt_length")

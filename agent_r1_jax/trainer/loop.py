@@ -277,14 +277,18 @@ class RLTrainer:
 
   def warmup(self, log) -> None:
     """Supervised warm-up on the scripted expert's trajectories (synthetic task)."""
-    from agent_r1_jax.data.synthetic.builder import expert_trajectories, sft_examples  # pylint: disable=import-outside-toplevel
+    from agent_r1_jax.data.synthetic import expert_trajectories, sft_examples, sibling_worlds  # pylint: disable=import-outside-toplevel
     c, files = self.c, self.task.synthetic_files
     if files is None:
       raise ValueError("sft.enabled needs the synthetic task (the scripted expert plays in the synthetic world); "
                        "set --config.sft.enabled=False for real data")
     t0 = time.perf_counter()
-    trajs = expert_trajectories(files, "train", error_rate=c.sft.expert_error_rate, guess_at=c.sft.expert_guess_at,
-                                verbose_rate=c.sft.expert_verbose_rate, seed=c.seed, env=self.task.env)
+    worlds = [(files, self.task.env)] + [(sibling, task_lib.synthetic_env(c, sibling))
+                                         for sibling in sibling_worlds(files, c.sft.sibling_worlds)]
+    trajs = [t for world, env in worlds
+             for t in expert_trajectories(world, "train", error_rate=c.sft.expert_error_rate,
+                                          guess_at=c.sft.expert_guess_at, verbose_rate=c.sft.expert_verbose_rate,
+                                          seed=c.seed, env=env)]
     examples = sft_examples(self.task.tokenizer, trajs, self.task.prompt_tool_schemas,
                             instruction=self.task.instruction)
     params = sft_lib.run_sft(

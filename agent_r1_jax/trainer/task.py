@@ -63,15 +63,19 @@ def tool_options(c: config_dict.ConfigDict, default_corpus: str | None = None) -
   return {"wiki_search": {k: v for k, v in search.items() if v is not None}}
 
 
+def synthetic_env(c: config_dict.ConfigDict, files: Any):
+  """The run's tool environment (`c.tool`, `c.env`) over a prepared synthetic world's corpus."""
+  from agent_r1_jax.tools import build_tools  # pylint: disable=import-outside-toplevel
+  return _env_from_tools(build_tools(list(c.tool.tools), tool_options(c, default_corpus=str(files.corpus_path))), c)
+
+
 def _synthetic_task(c: config_dict.ConfigDict) -> Task:
   from agent_r1_jax.data.synthetic.builder import prepare_synthetic_world  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.data.synthetic.world import WorldConfig  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.tools import build_tools  # pylint: disable=import-outside-toplevel
 
   files = prepare_synthetic_world(WorldConfig.create(**c.data.synthetic.to_dict()))
-  tools = build_tools(list(c.tool.tools), tool_options(c, default_corpus=str(files.corpus_path)))
   tokenizer = _load_tokenizer(c.model.tokenizer_path or str(files.tokenizer_dir))
-  return Task(tokenizer=tokenizer, env=_env_from_tools(tools, c), train=files.examples("train"),
+  return Task(tokenizer=tokenizer, env=synthetic_env(c, files), train=files.examples("train"),
               validation={SYNTHETIC_SOURCE: files.examples("validation")},
               test={SYNTHETIC_SOURCE: files.examples("test")}, synthetic_files=files,
               tools_in_prompt=c.data.tools_in_prompt, instruction=c.data.instruction)
