@@ -10,7 +10,8 @@ import pytest
 
 from agent_r1_jax.data import prompts
 from agent_r1_jax.data.synthetic import (WorldConfig, expert_trajectories, generate_world, make_search_env,
-                                         prepare_synthetic_world, sft_examples, sibling_worlds)
+                                         prepare_synthetic_world, sft_examples, sibling_worlds,
+                                         held_out_entities)
 from agent_r1_jax.retrieval import BM25Index, load_corpus
 from agent_r1_jax.rewards import compute_score
 
@@ -236,9 +237,9 @@ def test_first_turns_is_the_prefix_ending_at_that_turns_last_action(world_files,
     assert first_turns(ex, 0) is ex
 
 
-def test_sibling_worlds_reuse_the_names_with_other_facts(world_files):
+def test_sibling_worlds_keep_the_names_and_redraw_the_facts(world_files, tmp_path):
   siblings = sibling_worlds(world_files, 2)
-  assert [s.config.seed for s in siblings] == [world_files.config.seed + 1, world_files.config.seed + 2]
+  assert [s.config.fact_seed for s in siblings] == [world_files.config.seed + 1, world_files.config.seed + 2]
   assert all(s.root.parent == world_files.root.parent for s in siblings)  # same cache, prepared once
   assert sibling_worlds(world_files, 1)[0].root == siblings[0].root
   assert sibling_worlds(world_files, 0) == []
@@ -247,9 +248,20 @@ def test_sibling_worlds_reuse_the_names_with_other_facts(world_files):
   main = {p.title: p.text for p in load_corpus(str(world_files.corpus_path))}
   for sibling in siblings:
     other = {p.title: p.text for p in load_corpus(str(sibling.corpus_path))}
-    assert len(other) == len(main)
-    shared = main.keys() & other.keys()
-    # Many names recur (same pools: 94 and 120 of these 630) ...
-    assert len(shared) > len(main) // 10
-    # ... and nearly all of them state other facts, so a fact memorised in one world is wrong in the other.
-    assert sum(main[t] != other[t] for t in shared) > 0.9 * len(shared)
+    assert other.keys() == main.keys()  # every name recurs ...
+    # ... and nearly every passage states other facts (countries keep their capitals), so a fact memorised
+    # in one world is wrong in the other.
+    assert sum(main[t] != other[t] for t in main) > 0.9 * len(main)
+  # A world with its own fact_seed shares its split of question entities with its siblings: no sibling
+  # training question names a held-out entity of the world.
+  world = prepare_synthetic_world(cache_root=tmp_path, fact_seed=0, **SMALL)
+  held_out = held_out_entities(world)
+  assert held_out and all(not held_out & set(q["question_entities"]) for q in world.questions("train"))
+  assert all(not held_out & set(q["question_entities"]) for q in sibling_worlds(world, 1)[0].questions("train"))
+
+
+def test_fact_seed_enters_the_cache_key_only_when_set():
+  assert "fact_seed" not in WorldConfig.create(**SMALL).to_dict()
+  assert WorldConfig.create(fact_seed=3, **SMALL).cache_key() != WorldConfig.create(**SMALL).cache_key()
+  with pytest.raises(ValueError, match="fact_seed"):
+    WorldConfig.create(fact_seed="x", **SMALL)

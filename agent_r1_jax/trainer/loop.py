@@ -277,7 +277,8 @@ class RLTrainer:
 
   def warmup(self, log) -> None:
     """Supervised warm-up on the scripted expert's trajectories (synthetic task)."""
-    from agent_r1_jax.data.synthetic import expert_trajectories, sft_examples, sibling_worlds  # pylint: disable=import-outside-toplevel
+    from agent_r1_jax.data.synthetic import (  # pylint: disable=import-outside-toplevel
+        expert_trajectories, sft_examples, sibling_worlds, held_out_entities)
     c, files = self.c, self.task.synthetic_files
     if files is None:
       raise ValueError("sft.enabled needs the synthetic task (the scripted expert plays in the synthetic world); "
@@ -285,10 +286,12 @@ class RLTrainer:
     t0 = time.perf_counter()
     worlds = [(files, self.task.env)] + [(sibling, task_lib.synthetic_env(c, sibling))
                                          for sibling in sibling_worlds(files, c.sft.sibling_worlds)]
+    held_out = held_out_entities(files)  # a sibling's question naming one is skipped
     trajs = [t for world, env in worlds
              for t in expert_trajectories(world, "train", error_rate=c.sft.expert_error_rate,
                                           guess_at=c.sft.expert_guess_at, verbose_rate=c.sft.expert_verbose_rate,
-                                          seed=c.seed, env=env)]
+                                          seed=c.seed, env=env)
+             if not held_out & set(t.question["question_entities"])]
     examples = sft_examples(self.task.tokenizer, trajs, self.task.prompt_tool_schemas,
                             instruction=self.task.instruction)
     params = sft_lib.run_sft(

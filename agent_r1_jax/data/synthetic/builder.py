@@ -176,18 +176,24 @@ def prepare_synthetic_world(config: WorldConfig | None = None, *, vocab_size: in
 
 
 def sibling_worlds(files: SyntheticWorldFiles, count: int) -> list[SyntheticWorldFiles]:
-  """`count` more worlds like `files`' (seeds seed+1 ... seed+count), prepared or reused from the same cache.
+  """`count` more worlds with `files`' names and other facts, prepared or reused from the same cache.
 
-  They draw from the same name pools with the same sizes: many names recur with other facts (458 of the tiny
-  preset's 1,170 entities, 456 of them with a different passage) and the rest are new. A policy warmed up on
-  several worlds gains little from memorising one world's facts and has to read its observations.
-  Their tokenizers are built too but unused: text is tokenized with the main world's.
+  Sibling k has the same config with `fact_seed` = (the world's `fact_seed`, else its `seed`) + k: every name
+  recurs, with relations drawn anew. A policy warmed up on siblings cannot answer from facts memorised in one
+  world; the observation is the only way to tell which world it is in. When the world itself has a `fact_seed`,
+  its siblings also share its train / validation / test partition of question entities (see `generate_world`).
   """
   if count < 0:
     raise ValueError(f"the number of sibling worlds must be >= 0, got {count}")
   config = files.config
-  return [prepare_synthetic_world(dataclasses.replace(config, seed=config.seed + k), cache_root=files.root.parent)
+  base = config.seed if config.fact_seed is None else config.fact_seed
+  return [prepare_synthetic_world(dataclasses.replace(config, fact_seed=base + k), cache_root=files.root.parent)
           for k in range(1, count + 1)]
+
+
+def held_out_entities(files: SyntheticWorldFiles) -> set[str]:
+  """The entities named in the world's validation and test questions (no training question names one)."""
+  return {name for split in ("validation", "test") for q in files.questions(split) for name in q["question_entities"]}
 
 
 def guess_pools(world: World) -> dict[str, list[str]]:
