@@ -188,8 +188,8 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.sft.expert_error_rate = 0.0                 # the expert guesses instead of searching with this probability
   c.sft.expert_guess_at = "each_hop"            # ... at every hop, or only at the "start" (see synthetic/expert.py)
   c.sft.expert_verbose_rate = 0.0               # its final answer is a full sentence with this probability
-  # Warm-up also plays the expert in this many more worlds (seeds seed+1, ...; same sizes, other facts for
-  # recurring names, new names), so imitating it takes reading observations, not memorising one world.
+  # Warm-up also plays the expert in this many sibling worlds (the same names with other facts, see
+  # data.synthetic.sibling_worlds), so imitating it takes reading observations, not memorising one world.
   c.sft.sibling_worlds = 0
 
   # ---- mesh --------------------------------------------------------------------------------------------
