@@ -241,3 +241,13 @@ def test_sft_stage_spec_is_parsed_or_refused_with_one_message():
   c.sft.sibling_worlds = -1
   with pytest.raises(ValueError, match="sft.sibling_worlds"):
     config_lib.validate(c)
+
+
+def test_curves_plot_every_panel_from_the_metrics_file(tmp_path):
+  from agent_r1_jax.trainer import reporting
+  assert reporting.plot_curves(tmp_path) is None  # no metrics yet: nothing to draw
+  rows = [{"step": s, "reward": -0.5 + 0.1 * s, "em": 0.1 * s, "rollout/tool_calls_mean": 0.5 * s} for s in (1, 2, 3)]
+  rows[1].update({"eval/synthetic_multihop/em": 0.2, "eval/synthetic_multihop/tool_calls": 1.0})
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  out = reporting.plot_curves(tmp_path)
+  assert out == tmp_path / "curves.png" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -85,7 +85,7 @@ def write_samples(path: pathlib.Path, records: Sequence[Any]) -> None:
 
 
 def plot_curves(workdir: pathlib.Path) -> pathlib.Path | None:
-  """`curves.png`: training reward and EM per step, and each evaluation source's EM."""
+  """`curves.png`: training reward and EM per step, each evaluation source's EM, and tool calls per episode."""
   rows = read_metrics(workdir)
   if not rows:
     return None
@@ -93,22 +93,32 @@ def plot_curves(workdir: pathlib.Path) -> pathlib.Path | None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
-  fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+  fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
   steps = [r["step"] for r in rows]
   for key, label in (("reward", "train reward"), ("em", "train EM")):
     axes[0].plot(steps, [r.get(key) for r in rows], label=label)
   axes[0].set_xlabel("RL step")
   axes[0].legend()
   axes[0].set_title("training rollouts")
-  eval_keys = sorted({k for r in rows for k in r if k.startswith("eval/") and k.endswith("/em")})
-  for key in eval_keys:
-    points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
-    axes[1].plot([p[0] for p in points], [p[1] for p in points], marker="o", label=key[5:-3])
+
+  def plot_eval(ax, metric: str) -> list[str]:
+    keys = sorted({k for r in rows for k in r if k.startswith("eval/") and k.endswith(f"/{metric}")})
+    for key in keys:
+      points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+      ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{key[5:-len(metric) - 1]} (greedy)")
+    return keys
+
+  if plot_eval(axes[1], "em"):
+    axes[1].legend()
   axes[1].set_xlabel("RL step")
   axes[1].set_ylabel("greedy EM")
   axes[1].set_title("validation")
-  if eval_keys:
-    axes[1].legend()
+  axes[2].plot(steps, [r.get("rollout/tool_calls_mean") for r in rows], label="training rollouts")
+  plot_eval(axes[2], "tool_calls")
+  axes[2].set_xlabel("RL step")
+  axes[2].set_ylabel("tool calls / episode")
+  axes[2].set_title("tool use")
+  axes[2].legend()
   fig.tight_layout()
   out = pathlib.Path(workdir) / "curves.png"
   fig.savefig(out, dpi=110)
