@@ -244,7 +244,8 @@ def _apply_tiny(c: config_dict.ConfigDict) -> None:
   c.trainer.total_steps = 30
   c.trainer.eval_every = 5
   c.trainer.save_every = 10
-  c.trainer.max_to_keep = 4                     # steps 0 (after warm-up), 10, 20, 30: evaluate's base_tool_call reads step 0
+  # Steps 0 (after warm-up), 10, 20, 30 are kept: evaluate's base_tool_call reads step 0.
+  c.trainer.max_to_keep = 4
   c.trainer.eval_batch_size = 64
   c.trainer.eval_num_examples = 64
   c.sft.enabled = True

@@ -278,7 +278,7 @@ class RLTrainer:
   def warmup(self, log) -> None:
     """Supervised warm-up on the scripted expert's trajectories (synthetic task)."""
     from agent_r1_jax.data.synthetic import (  # pylint: disable=import-outside-toplevel
-        expert_trajectories, sft_examples, sibling_worlds, held_out_entities)
+        expert_trajectories, held_out_entities, sft_examples, sibling_worlds)
     c, files = self.c, self.task.synthetic_files
     if files is None:
       raise ValueError("sft.enabled needs the synthetic task (the scripted expert plays in the synthetic world); "

@@ -10,14 +10,14 @@ For a question with hops `(q_1, r_1, v_1) ... (q_n, r_n, v_n)` the expert writes
   final:    <think>The birthplace of Arlen Voss is Morvale.</think>\\n<answer>Morvale</answer><|im_end|>
 
 so every name it writes is either in the question or copied from the observation it just received. With
-probability `error_rate` it instead stops searching and guesses (a random answer of the right kind: a city
-for a birthplace, a year, one of the two compared names, ...), which is how an imperfect warm-up policy
-fails: at each hop (`guess_at="each_hop"`), or only before its first search (`guess_at="start"`: it either
-answers from "memory" without the tool or searches every hop, like an instruct model that under-uses its
-tools). Independently, with probability `verbose_rate` its final answer restates its last thought as a
-sentence (`<answer>The headquarters city of Pryor Motors is Jasbury.</answer>`) instead of the bare entity: the
-right fact, so substring accuracy counts it, but exact match does not, as with instruct models that answer
-in full sentences until an EM reward teaches them to be concise. The observations come from the environment passed in, i.e. from the same tool and the
+probability `error_rate` it instead stops searching and guesses (a random answer of the right kind: a city for a
+birthplace, a year, one of the two compared names, ...), which is how an imperfect warm-up policy fails: at each
+hop (`guess_at="each_hop"`), or only before its first search (`guess_at="start"`: it either answers from "memory"
+without the tool or searches every hop, like an instruct model that under-uses its tools). Independently, with
+probability `verbose_rate` its final answer restates its last thought as a sentence (`<answer>The headquarters
+city of Pryor Motors is Jasbury.</answer>`) instead of the bare entity: the right fact, so substring accuracy
+counts it, but exact match does not, as with instruct models that answer in full sentences until an EM reward
+teaches them to be concise. The observations come from the environment passed in, i.e. from the same tool and the
 same framing the RL rollout uses. Turns are produced for all questions in lock-step, one `env.batch_step` per
 turn, so the search backend sees batched queries.
 """
