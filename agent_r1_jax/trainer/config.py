@@ -191,6 +191,10 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # Warm-up also plays the expert in this many sibling worlds (the same names with other facts, see
   # data.synthetic.sibling_worlds), so imitating it takes reading observations, not memorising one world.
   c.sft.sibling_worlds = 0
+  # ... and answers one-hop questions in this many fresh worlds (other names and facts, see
+  # data.synthetic.reading), `sft.reading_questions` per world: reading practice with nothing to memorise.
+  c.sft.reading_worlds = 0
+  c.sft.reading_questions = 1000
 
   # ---- mesh --------------------------------------------------------------------------------------------
   c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
@@ -209,13 +213,17 @@ def _apply_tiny(c: config_dict.ConfigDict) -> None:
   (search, read, search, read, answer: at most 3 turns), a prompt without the tool-schema block and the
   instruction line (the from-scratch model learns the call format from warm-up, not from English), and the
   top-2 passages per search. The world has twice the default entities so 1,600 training questions exist.
-  Warm-up imitates the scripted expert in stages of growing length (first turns teach copying the question's
-  entity into the query; two-turn prefixes, reading an observation; then whole episodes). The expert is the
-  paper's starting point in miniature: on 60% of the questions it answers from "memory" without searching
-  (`sft.expert_guess_at="start"`), like an instruct model that under-uses its tools, so the warmed-up policy
-  mostly guesses and RL has to discover that searching pays. Rollouts sample at temperature 0.7 (the learner
-  scores them at the same temperature): at 1.0 this small model garbles the names it copies too often for a
-  searching episode to be rewarded. Measured figures are in the README.
+
+  The model starts from random weights, so warm-up first gives it what pretraining gives a real LM: the copy
+  drill (`data.synthetic.copy_drill`: repeat a list of fresh random names, 300 steps) and one-hop reading
+  episodes in two fresh worlds (`data.synthetic.reading`: other names, other facts, so the answer has to be
+  copied out of the observation). Then it imitates the scripted expert in stages of growing length (first
+  turns; two-turn prefixes; whole episodes). The expert is the paper's starting point in miniature: on 60% of
+  the two-hop questions it answers from "memory" without searching (`sft.expert_guess_at="start"`), like an
+  instruct model that under-uses its tools, so the warmed-up policy guesses and RL has to discover that
+  searching pays. Rollouts sample at temperature 0.7 (the learner scores them at the same temperature).
+  Batches are padded to multiples of 16 tokens (`trainer.length_multiple`): the prompts are ~30 tokens.
+  Measured figures are in the README.
   """
   c.model.hidden_size = 128
   c.model.intermediate_size = 384
@@ -241,15 +249,18 @@ def _apply_tiny(c: config_dict.ConfigDict) -> None:
   c.critic.micro_batch_size = 8
   # 40 rollout rows per step for every algorithm: 8 prompts x 5 samples, or 40 prompts x 1 sample.
   c.trainer.batch_size = 40 // c.rollout.n_samples
-  c.trainer.total_steps = 30
+  c.trainer.total_steps = 15
   c.trainer.eval_every = 5
-  c.trainer.save_every = 10
-  # Steps 0 (after warm-up), 10, 20, 30 are kept: evaluate's base_tool_call reads step 0.
+  c.trainer.save_every = 5
+  c.trainer.length_multiple = 16
+  # Steps 0 (after warm-up), 5, 10, 15 are kept: evaluate's base_tool_call reads step 0.
   c.trainer.max_to_keep = 4
   c.trainer.eval_batch_size = 64
   c.trainer.eval_num_examples = 64
   c.sft.enabled = True
-  c.sft.stages = "1:300:32,2:150:32,all:550:16"
+  c.sft.stages = "copy:300:64,1:200:32,2:150:32,all:550:16"
+  c.sft.reading_worlds = 2
+  c.sft.reading_questions = 1600
   c.sft.lr = 3e-3
   c.sft.expert_error_rate = 0.6
   c.sft.expert_guess_at = "start"
@@ -304,5 +315,8 @@ def validate(c: config_dict.ConfigDict) -> None:
     if not isinstance(c.sft.sibling_worlds, int) or c.sft.sibling_worlds < 0:
       raise ValueError(f"sft.sibling_worlds must be an integer >= 0 (extra worlds the warm-up expert plays in), "
                        f"got {c.sft.sibling_worlds!r}")
+    for name in ("reading_worlds", "reading_questions"):
+      if not isinstance(c.sft[name], int) or c.sft[name] < 0:
+        raise ValueError(f"sft.{name} must be an integer >= 0, got {c.sft[name]!r}")
   if c.rollout.max_context_length < c.rollout.max_prompt_length + 1:
     raise ValueError("rollout.max_context_length must exceed rollout.max_prompt_length")

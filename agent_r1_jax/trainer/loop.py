@@ -279,6 +279,8 @@ class RLTrainer:
     """Supervised warm-up on the scripted expert's trajectories (synthetic task)."""
     from agent_r1_jax.data.synthetic import (  # pylint: disable=import-outside-toplevel
         expert_trajectories, held_out_entities, sft_examples, sibling_worlds)
+    from agent_r1_jax.data.synthetic.copy_drill import copy_drill_examples  # pylint: disable=import-outside-toplevel
+    from agent_r1_jax.data.synthetic.reading import one_hop_trajectories  # pylint: disable=import-outside-toplevel
     c, files = self.c, self.task.synthetic_files
     if files is None:
       raise ValueError("sft.enabled needs the synthetic task (the scripted expert plays in the synthetic world); "
@@ -292,10 +294,20 @@ class RLTrainer:
                                           guess_at=c.sft.expert_guess_at, verbose_rate=c.sft.expert_verbose_rate,
                                           seed=c.seed, env=env)
              if not held_out & set(t.question["question_entities"])]
+    if c.sft.reading_worlds and c.sft.reading_questions:
+      env_options = dict(top_k=c.tool.top_k, max_tool_response_length=c.env.max_tool_response_length,
+                         assistant_prefix=c.env.assistant_prefix, parallel_tool_calls=c.env.parallel_tool_calls)
+      trajs += [t for t in one_hop_trajectories(files.config, worlds=c.sft.reading_worlds, seed=c.seed,
+                                                per_world=c.sft.reading_questions, env_options=env_options)
+                if not held_out & set(t.question["question_entities"])]
     examples = sft_examples(self.task.tokenizer, trajs, self.task.prompt_tool_schemas,
                             instruction=self.task.instruction)
+    stages = sft_lib.parse_stages(c.sft.stages)
+    drill_count = sum(s.steps * s.batch_size for s in stages if s.is_copy_drill)
+    drill = copy_drill_examples(self.task.tokenizer, drill_count, seed=c.seed,
+                                tool_schemas=self.task.prompt_tool_schemas) if drill_count else ()
     params = sft_lib.run_sft(
-        self.actor_graphdef, self.state["actor"], examples, stages=sft_lib.parse_stages(c.sft.stages),
+        self.actor_graphdef, self.state["actor"], examples, stages=stages, drill_examples=drill,
         lr=c.sft.lr, warmup_steps=c.sft.warmup_steps, weight_decay=c.sft.weight_decay,
         prompt_length=c.rollout.max_prompt_length, response_length=c.rollout.max_response_length,
         pad_id=int(self.task.tokenizer.pad_token_id), seed=c.seed,

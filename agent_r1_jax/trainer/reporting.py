@@ -36,7 +36,7 @@ class _SftLogger:
     if step % 10 == 0:
       self.last_loss = float(metrics["sft/loss"])
       turns = int(metrics.get("sft/turns", 0))
-      self._bar.set_postfix(turns=turns or "all", loss=f"{self.last_loss:.4f}", refresh=False)
+      self._bar.set_postfix(turns={-1: "copy", 0: "all"}.get(turns, turns), loss=f"{self.last_loss:.4f}", refresh=False)
     self._bar.update(1)
 
   def close(self) -> None:

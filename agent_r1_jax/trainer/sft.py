@@ -33,12 +33,20 @@ from agent_r1_jax.data.sft import collate, first_turns
 from agent_r1_jax.trainer import learner as learner_lib
 
 
+COPY_DRILL = -1  # `Stage.turns` of a copy-drill stage
+
+
 @dataclasses.dataclass(frozen=True)
 class Stage:
-  """`steps` updates on batches of `batch_size` trajectories cut after `turns` assistant turns (0 = whole)."""
+  """`steps` updates on batches of `batch_size` trajectories cut after `turns` assistant turns (0 = whole;
+  `COPY_DRILL`: copy-drill examples instead of trajectories)."""
   turns: int
   steps: int
   batch_size: int
+
+  @property
+  def is_copy_drill(self) -> bool:
+    return self.turns == COPY_DRILL
 
 
 def _parse_stage(item: str) -> Stage | None:
@@ -47,20 +55,21 @@ def _parse_stage(item: str) -> Stage | None:
   if len(fields) != 3 or not all(f.isdigit() for f in fields[1:]):
     return None
   turns, steps, batch = fields
-  if turns != "all" and not (turns.isdigit() and int(turns) >= 1):
+  named = {"all": 0, "copy": COPY_DRILL}
+  if turns not in named and not (turns.isdigit() and int(turns) >= 1):
     return None
-  stage = Stage(turns=0 if turns == "all" else int(turns), steps=int(steps), batch_size=int(batch))
+  stage = Stage(turns=named.get(turns) if turns in named else int(turns), steps=int(steps), batch_size=int(batch))
   return stage if stage.batch_size >= 1 else None
 
 
 def parse_stages(spec: str) -> list[Stage]:
-  """`"turns:steps:batch_size,..."` (turns an integer >= 1 or `all`) -> stages, with one clear error."""
+  """`"turns:steps:batch_size,..."` (turns an integer >= 1, `all` or `copy`) -> stages, with one clear error."""
   stages = []
   for item in (part.strip() for part in spec.split(",") if part.strip()):
     stage = _parse_stage(item)
     if stage is None:
-      raise ValueError(f"sft.stages entry {item!r} must be turns:steps:batch_size with turns >= 1 or 'all', "
-                       f"steps >= 0 and batch_size >= 1 (e.g. '1:300:32,all:150:16')")
+      raise ValueError(f"sft.stages entry {item!r} must be turns:steps:batch_size with turns >= 1, 'all' or "
+                       f"'copy', steps >= 0 and batch_size >= 1 (e.g. 'copy:200:64,1:300:32,all:150:16')")
     stages.append(stage)
   if not stages:
     raise ValueError("sft.stages is empty; give at least one turns:steps:batch_size entry (e.g. 'all:150:16')")
@@ -110,14 +119,18 @@ class SupervisedTrainer:
 
 def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], *, stages: Sequence[Stage],
             lr: float, warmup_steps: int, weight_decay: float, prompt_length: int, response_length: int,
-            pad_id: int, seed: int, length_multiple: int | None = 64, log_fn=None) -> nnx.State:
+            pad_id: int, seed: int, length_multiple: int | None = 64, log_fn=None,
+            drill_examples: Sequence[Any] = ()) -> nnx.State:
   """Runs the warm-up `stages` in order over shuffled epochs of `examples`; returns the trained parameters.
 
-  Each batch is padded only to its own length bucket (`length_multiple`; None pads to the full P and R).
-  `log_fn(step, metrics)` receives the global step (0 .. total - 1) and the stage's `sft/turns`.
+  Copy-drill stages draw from `drill_examples` instead (`data.synthetic.copy_drill`). Each batch is padded
+  only to its own length bucket (`length_multiple`; None pads to the full P and R). `log_fn(step, metrics)`
+  receives the global step (0 .. total - 1) and the stage's `sft/turns` (-1 for the copy drill).
   """
   if not examples:
     raise ValueError("supervised warm-up has no examples (the expert produced no grounded trajectory)")
+  if any(stage.is_copy_drill and stage.steps for stage in stages) and not drill_examples:
+    raise ValueError("a 'copy' warm-up stage needs copy-drill examples (drill_examples)")
   total = sum(stage.steps for stage in stages)
   trainer = SupervisedTrainer(graphdef, lr=lr, warmup_steps=warmup_steps, total_steps=total,
                               weight_decay=weight_decay)
@@ -125,7 +138,7 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
   rng = np.random.default_rng(seed)
   step = 0
   for stage in stages:
-    pool = [first_turns(ex, stage.turns) for ex in examples]
+    pool = list(drill_examples) if stage.is_copy_drill else [first_turns(ex, stage.turns) for ex in examples]
     order: list[int] = []
     for _ in range(stage.steps):
       if len(order) < stage.batch_size:

@@ -1,0 +1,89 @@
+"""One-hop reading episodes in fresh worlds: warm-up practice in reading an observation, with nothing to memorise.
+
+The tiny preset's warm-up imitates the expert on the world's two-hop training questions. Those questions
+reach the same intermediate entities again and again, so a small model can answer their second hop from
+facts it memorised in warm-up instead of from the passage it just retrieved, and that does not carry over to
+held-out questions. The paper's starting point, an instruct model, reads its context instead; this module
+gives the from-scratch model that habit. It draws fresh worlds (other seeds: other name combinations and
+other facts) and asks one-hop questions about their entities, answered by the same scripted expert through a
+search tool over that world's passages:
+
+    user:       Question: What is the birthplace of Kira Voss?
+    assistant:  <think>I need the birthplace of Kira Voss.</think> <tool_call>{... "query": "Kira Voss"}</tool_call>
+    tool:       Doc 1 (Title: "Kira Voss") Kira Voss was born in Tessstead in 1924, studied at ...
+                Doc 2 (Title: "Voss Labs") ...
+    assistant:  <think>The birthplace of Kira Voss is Tessstead.</think> <answer>Tessstead</answer>
+
+Every fact there contradicts or is absent from the task's world (each world draws its own), so imitating the
+expert means copying the value out of the observation, the skill the second hop of a held-out question needs.
+The fresh worlds' questions never enter RL or evaluation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any, Sequence
+
+from agent_r1_jax.data.synthetic import expert as expert_lib
+from agent_r1_jax.data.synthetic.world import RELATION_PHRASES, World, WorldConfig, generate_world
+
+# Attributes that are facts a question can ask about (`is_capital` is a flag, not a relation).
+_ASKABLE = tuple(RELATION_PHRASES)
+
+
+def fresh_world_configs(config: WorldConfig, count: int) -> list[WorldConfig]:
+  """`count` configs of `config`'s size and mix whose seeds differ from it and from each other."""
+  if not isinstance(count, int) or count < 0:
+    raise ValueError(f"the number of fresh worlds must be an integer >= 0, got {count!r}")
+  return [dataclasses.replace(config, seed=config.seed + 1000 + k, fact_seed=None, num_train=0, num_validation=0,
+                              num_test=0) for k in range(1, count + 1)]
+
+
+def one_hop_questions(world: World, count: int, *, seed: int = 0) -> list[dict]:
+  """`count` distinct questions "What is {relation} of {entity}?" over random (entity, relation) pairs.
+
+  Each has the fields the expert and the warm-up read (`id`, `question`, `answers`, `hops` with one step,
+  `answer_kind`, `question_entities`). Raises if the world has fewer than `count` askable facts.
+  """
+  facts = [(name, relation) for name, entity in world.entities.items() for relation in entity.attrs
+           if relation in _ASKABLE]
+  if count > len(facts):
+    raise ValueError(f"asked for {count} one-hop questions but the world states only {len(facts)} facts")
+  chosen = random.Random(f"one-hop:{world.config.seed}:{seed}").sample(facts, count)
+  out = []
+  for i, (name, relation) in enumerate(chosen):
+    value = world.entities[name].attrs[relation]
+    out.append({"id": f"one-hop-{world.config.seed}-{i}", "type": "one_hop",
+                "question": f"What is {RELATION_PHRASES[relation].format(name)}?", "answers": [value],
+                "supporting_titles": [name], "question_entities": [name],
+                "hops": [{"query": name, "relation": relation, "value": value}],
+                "answer_kind": world.entities[value].kind if value in world.entities else "year"})
+  return out
+
+
+def search_env_over(world: World, *, top_k: int, max_tool_response_length: int, assistant_prefix: str = "",
+                    parallel_tool_calls: bool = False) -> Any:
+  """A `NousToolEnv` whose `search` tool is BM25 over `world`'s passages (built in memory, nothing written)."""
+  from agent_r1_jax.envs import NousToolEnv  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.retrieval import BM25Index  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.retrieval.corpus import Passage  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.tools import WikiSearchTool  # pylint: disable=import-outside-toplevel
+  passages = [Passage(id=p["id"], title=p["title"], text=p["text"]) for p in world.passages]
+  return NousToolEnv([WikiSearchTool(BM25Index(passages), top_k=top_k)],
+                     max_tool_response_length=max_tool_response_length, assistant_prefix=assistant_prefix,
+                     parallel_tool_calls=parallel_tool_calls)
+
+
+def one_hop_trajectories(config: WorldConfig, *, worlds: int, per_world: int, env_options: dict,
+                         seed: int = 0) -> list[expert_lib.Trajectory]:
+  """The expert's one-hop episodes in `worlds` fresh worlds of `config`'s size, `per_world` questions each.
+
+  `env_options` are `search_env_over`'s keywords (the run's top-k and observation framing).
+  """
+  out: list[expert_lib.Trajectory] = []
+  for world_config in fresh_world_configs(config, worlds):
+    world = generate_world(world_config)
+    expert = expert_lib.ScriptedExpert(search_env_over(world, **env_options), {}, seed=seed)
+    out.extend(expert.run(one_hop_questions(world, per_world, seed=seed)))
+  return out
