@@ -10,13 +10,16 @@ so warm-up, like RL, never trains the model to produce tool output.
 Warm-up runs in stages of growing length (`parse_stages`): a model trained from scratch must first learn to
 copy names (from the question into its thought and query, from an observation into the next thought), and it
 learns that far faster on short sequences. Stage `k` trains on every trajectory cut after its first k
-assistant turns (`data.sft.first_turns`: a prefix, so the loss on those tokens is unchanged), e.g.
+assistant turns (`data.sft.first_turns`: a prefix, so the loss on those tokens is unchanged); a `copy` stage
+trains on copy-drill examples instead (`data.synthetic.copy_drill`: repeat a list of random names), e.g.
 
-    "1:300:32,2:150:32,all:150:16"   300 steps of 32 first turns (~100 tokens each, the question -> query copy),
-                                     150 steps of 32 two-turn prefixes (reading the first observation),
-                                     150 steps of 16 whole trajectories,
+    "copy:300:64,1:200:32,2:150:32,all:550:16"
+        300 steps of 64 copy drills (~80 tokens each: learn to copy a span just read),
+        200 steps of 32 first turns (the question -> query copy),
+        150 steps of 32 two-turn prefixes (reading the first observation),
+        550 steps of 16 whole trajectories,
 
-under one warm-up + cosine learning-rate schedule over all 600 steps.
+under one warm-up + cosine learning-rate schedule over all 1,200 steps.
 """
 
 from __future__ import annotations
