@@ -215,15 +215,17 @@ def test_every_shipped_config_is_valid(algorithm, preset):
   assert rows % (c.actor.num_mini_batches * c.actor.micro_batch_size) == 0
 
 
+def _warmup_examples(workdir, **overrides) -> int:
+  """How many examples a one-step warm-up of the micro config builds with `overrides`."""
+  c = micro_config("grpo", **{"sft.enabled": True, "sft.stages": "all:1:2", "sft.reading_worlds": 0, **overrides})
+  trainer = loop.RLTrainer(c, workdir)
+  trainer.warmup(None)
+  return trainer.meta["sft_examples"]
+
+
 def test_warmup_plays_the_expert_in_every_sibling_world(tmp_path):
   """sft.sibling_worlds=2 warms up on the expert's trajectories of three worlds of the same size."""
-  examples = {}
-  for siblings in (0, 2):
-    c = micro_config("grpo", **{"sft.enabled": True, "sft.stages": "all:1:2", "sft.sibling_worlds": siblings,
-                                "sft.reading_worlds": 0})
-    trainer = loop.RLTrainer(c, tmp_path / str(siblings))
-    trainer.warmup(None)
-    examples[siblings] = trainer.meta["sft_examples"]
+  examples = {n: _warmup_examples(tmp_path / str(n), **{"sft.sibling_worlds": n}) for n in (0, 2)}
   assert 0 < examples[0] <= 24  # one per grounded training question of the micro world
   assert examples[2] > 2.5 * examples[0]
 
@@ -231,13 +233,8 @@ def test_warmup_plays_the_expert_in_every_sibling_world(tmp_path):
 def test_warmup_adds_one_hop_episodes_from_fresh_worlds(tmp_path):
   """sft.reading_worlds=2 with 10 questions each adds 20 grounded one-hop episodes (minus any naming a held-out
   entity) to the expert's two-hop trajectories."""
-  counts = {}
-  for worlds in (0, 2):
-    c = micro_config("grpo", **{"sft.enabled": True, "sft.stages": "all:1:2", "sft.reading_worlds": worlds,
-                                "sft.reading_questions": 10})
-    trainer = loop.RLTrainer(c, tmp_path / str(worlds))
-    trainer.warmup(None)
-    counts[worlds] = trainer.meta["sft_examples"]
+  counts = {n: _warmup_examples(tmp_path / str(n), **{"sft.reading_worlds": n, "sft.reading_questions": 10})
+            for n in (0, 2)}
   assert counts[0] + 15 <= counts[2] <= counts[0] + 20
   c = micro_config("grpo", **{"sft.enabled": True, "sft.reading_worlds": -1})
   with pytest.raises(ValueError, match="sft.reading_worlds"):
