@@ -265,6 +265,10 @@ def test_curves_plot_every_panel_from_the_metrics_file(tmp_path):
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
   out = reporting.plot_curves(tmp_path)
   assert out == tmp_path / "curves.png" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  first = out.read_bytes()
+  summary = {"before_rl": {"synthetic_multihop": {"em": 0.0}}, "after_rl": {"synthetic_multihop": {"em": 0.7}}}
+  (tmp_path / "summary.json").write_text(json.dumps(summary))
+  assert reporting.plot_curves(tmp_path) == out and out.read_bytes() != first  # held-out points drawn too
 
 
 def test_copy_stage_trains_on_the_drill_not_on_trajectories(tmp_path):

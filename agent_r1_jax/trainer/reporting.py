@@ -105,14 +105,26 @@ def plot_curves(workdir: pathlib.Path) -> pathlib.Path | None:
     keys = sorted({k for r in rows for k in r if k.startswith("eval/") and k.endswith(f"/{metric}")})
     for key in keys:
       points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
-      ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{key[5:-len(metric) - 1]} (greedy)")
+      source = key[len("eval/"):-len(metric) - 1]
+      ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{source} validation (greedy)")
     return keys
 
-  if plot_eval(axes[1], "em"):
+  plotted = plot_eval(axes[1], "em")
+  summary_path = pathlib.Path(workdir) / "summary.json"
+  if summary_path.exists():  # the held-out evaluations before RL (step 0) and after the last step
+    summary = json.loads(summary_path.read_text())
+    for source in sorted(summary.get("after_rl", {})):
+      before, after = summary.get("before_rl", {}).get(source, {}), summary["after_rl"][source]
+      if "em" in before and "em" in after:
+        axes[1].plot([0, steps[-1]], [before["em"], after["em"]], marker="s", linestyle="--",
+                     label=f"{source} held-out test (greedy)")
+        plotted.append(source)
+  if plotted:
     axes[1].legend()
+  axes[1].set_ylim(0.0, 1.02)
   axes[1].set_xlabel("RL step")
   axes[1].set_ylabel("greedy EM")
-  axes[1].set_title("validation")
+  axes[1].set_title("evaluation")
   axes[2].plot(steps, [r.get("rollout/tool_calls_mean") for r in rows], label="training rollouts")
   plot_eval(axes[2], "tool_calls")
   axes[2].set_xlabel("RL step")
