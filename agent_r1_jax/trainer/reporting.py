@@ -8,6 +8,7 @@ import pathlib
 from typing import Any, Mapping, Sequence
 
 from agent_r1_jax.trainer.metrics import read_metrics
+from agent_r1_jax.trainer.sft import COPY_DRILL
 
 _TABLE_METRICS = ("em", "f1", "format", "score", "turns", "tool_calls")
 
@@ -36,7 +37,8 @@ class _SftLogger:
     if step % 10 == 0:
       self.last_loss = float(metrics["sft/loss"])
       turns = int(metrics.get("sft/turns", 0))
-      self._bar.set_postfix(turns={-1: "copy", 0: "all"}.get(turns, turns), loss=f"{self.last_loss:.4f}", refresh=False)
+      shown = {COPY_DRILL: "copy", 0: "all"}.get(turns, turns)
+      self._bar.set_postfix(turns=shown, loss=f"{self.last_loss:.4f}", refresh=False)
     self._bar.update(1)
 
   def close(self) -> None:

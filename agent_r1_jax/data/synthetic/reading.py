@@ -26,7 +26,7 @@ import random
 from typing import Any, Sequence
 
 from agent_r1_jax.data.synthetic import expert as expert_lib
-from agent_r1_jax.data.synthetic.world import RELATION_PHRASES, World, WorldConfig, generate_world
+from agent_r1_jax.data.synthetic.world import RELATION_PHRASES, World, WorldConfig, corpus_row, generate_world
 
 # Attributes that are facts a question can ask about (`is_capital` is a flag, not a relation).
 _ASKABLE = tuple(RELATION_PHRASES)
@@ -64,12 +64,16 @@ def one_hop_questions(world: World, count: int, *, seed: int = 0) -> list[dict]:
 
 def search_env_over(world: World, *, top_k: int, max_tool_response_length: int, assistant_prefix: str = "",
                     parallel_tool_calls: bool = False) -> Any:
-  """A `NousToolEnv` whose `search` tool is BM25 over `world`'s passages (built in memory, nothing written)."""
+  """A `NousToolEnv` whose `search` tool is BM25 over `world`'s passages (built in memory, nothing written).
+
+  The passages go through the same corpus rows and parser as a world's `corpus.jsonl`, so the index holds
+  exactly what `make_search_env` would load from disk.
+  """
   from agent_r1_jax.envs import NousToolEnv  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.retrieval import BM25Index  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.retrieval.corpus import Passage  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.retrieval.corpus import passages_from_rows  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.tools import WikiSearchTool  # pylint: disable=import-outside-toplevel
-  passages = [Passage(id=p["id"], title=p["title"], text=p["text"]) for p in world.passages]
+  passages = passages_from_rows(corpus_row(p) for p in world.passages)
   return NousToolEnv([WikiSearchTool(BM25Index(passages), top_k=top_k)],
                      max_tool_response_length=max_tool_response_length, assistant_prefix=assistant_prefix,
                      parallel_tool_calls=parallel_tool_calls)
