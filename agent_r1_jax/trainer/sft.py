@@ -13,13 +13,23 @@ learns that far faster on short sequences. Stage `k` trains on every trajectory 
 assistant turns (`data.sft.first_turns`: a prefix, so the loss on those tokens is unchanged); a `copy` stage
 trains on copy-drill examples instead (`data.synthetic.copy_drill`: repeat a list of random names), e.g.
 
-    "copy:300:64,1:200:32,2:150:32,all:550:16"
-        300 steps of 64 copy drills (~80 tokens each: learn to copy a span just read),
+    "copy:800:32,1:200:32,2:150:32,all:550:16"
+        up to 800 steps of 32 copy drills (~80 tokens each: learn to copy a span just read),
         200 steps of 32 first turns (the question -> query copy),
         150 steps of 32 two-turn prefixes (reading the first observation),
-        550 steps of 16 whole trajectories,
+        550 steps of 16 whole trajectories (or of single-turn naive-RAG examples, in batches of their own).
 
-under one warm-up + cosine learning-rate schedule over all 1,200 steps.
+All steps share one AdamW state and one schedule planned over every stage's steps: a linear warm-up, then
+a cosine decay to 0 at the last planned step. The warm-up has two phases:
+
+  copy phase        the leading `copy` stages: the from-scratch model's stand-in for pretraining. With a
+                    `CopyStop`, every `check_every` steps the mean action-token NLL on held-out drills is
+                    measured, and the phase ends once it is at or below `target_loss`: the drill's loss falls
+                    in a phase change (the model "gets" copying), and when that happens depends on the seed
+                    (a few hundred steps either way), so a fixed step count is either wasted time or, for an
+                    unlucky seed, a model that cannot read. The steps it did not run are skipped in
+                    the schedule, so the trajectory phase always runs the same part of it.
+  trajectory phase  the other stages.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from flax import nnx
 
 from agent_r1_jax.data.sft import collate, first_turns
@@ -76,6 +87,10 @@ def parse_stages(spec: str) -> list[Stage]:
     stages.append(stage)
   if not stages:
     raise ValueError("sft.stages is empty; give at least one turns:steps:batch_size entry (e.g. 'all:150:16')")
+  kinds = [stage.is_copy_drill for stage in stages]
+  if kinds != sorted(kinds, reverse=True):
+    raise ValueError(f"sft.stages {spec!r}: 'copy' stages must come before the trajectory stages (the copy drill "
+                     f"stands in for pretraining and runs as its own phase, see trainer/sft.py)")
   return stages
 
 
@@ -104,15 +119,33 @@ def sft_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: dict[str, jax.Arr
   return -jnp.sum(logp * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
-class SupervisedTrainer:
-  """Jitted AdamW steps on the SFT loss; parameters and optimizer state are passed in and out."""
+def adamw(schedule: optax.Schedule, *, weight_decay: float, grad_clip: float = 1.0) -> optax.GradientTransformation:
+  """Global-norm clipping + AdamW at `schedule(count)`. Every schedule gives the same state structure, so one
+  AdamW state carries over from the copy phase's transform to the trajectory phase's."""
+  return optax.chain(optax.clip_by_global_norm(grad_clip), optax.adamw(schedule, weight_decay=weight_decay))
 
-  def __init__(self, graphdef: nnx.GraphDef, *, lr: float, warmup_steps: int, total_steps: int,
-               weight_decay: float, grad_clip: float = 1.0):
+
+def warmup_schedule(lr: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
+  """Linear warm-up to `lr` over `warmup_steps`, then cosine decay to 0 at `total_steps`."""
+  if warmup_steps <= 0:
+    return optax.cosine_decay_schedule(lr, max(total_steps, 1))
+  return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup_steps),
+                               optax.cosine_decay_schedule(lr, max(total_steps - warmup_steps, 1))], [warmup_steps])
+
+
+def skipping(schedule: optax.Schedule, skipped: int) -> optax.Schedule:
+  """`schedule` with `skipped` steps left out: optimizer count t runs at `schedule(t + skipped)`."""
+  return lambda count: schedule(count + skipped)
+
+
+class SupervisedTrainer:
+  """Jitted steps of `tx` on the SFT loss; parameters and optimizer state are passed in and out."""
+
+  def __init__(self, graphdef: nnx.GraphDef, tx: optax.GradientTransformation):
     self.graphdef = graphdef
-    self.tx = learner_lib.make_optimizer(lr=lr, warmup_steps=warmup_steps, weight_decay=weight_decay,
-                                         grad_clip=grad_clip, total_steps=total_steps, schedule="cosine")
+    self.tx = tx
     self.step = jax.jit(self._step, donate_argnums=(0, 1))
+    self.loss = jax.jit(lambda params, batch: sft_loss(params, graphdef, batch))
 
   def _step(self, params, opt_state, batch):
     loss, grads = jax.value_and_grad(sft_loss)(params, self.graphdef, batch)
@@ -120,37 +153,127 @@ class SupervisedTrainer:
     return params, opt_state, {"sft/loss": loss, "sft/grad_norm": upd["grad_norm"]}
 
 
+@dataclasses.dataclass(frozen=True)
+class CopyStop:
+  """When the copy phase may end early: once the mean action-token NLL on the `held_out` drills (measured every
+  `check_every` steps, in batches of `batch_size`) is <= `target_loss` nats/token."""
+  target_loss: float
+  held_out: Sequence[Any]
+  check_every: int = 25
+  batch_size: int = 64
+
+  def __post_init__(self):
+    if not self.target_loss > 0 or self.check_every < 1 or not self.held_out:
+      raise ValueError(f"CopyStop needs target_loss > 0, check_every >= 1 and held-out drills; got "
+                       f"{self.target_loss}, {self.check_every}, {len(self.held_out)} drills")
+
+
+@dataclasses.dataclass
+class WarmupResult:
+  """What `run_sft` returns: the trained parameters, the copy phase's length and its last held-out drill loss
+  (None without a `CopyStop`)."""
+  params: nnx.State
+  copy_steps: int
+  drill_loss: float | None
+
+
+class _Batches:
+  """Batches of `batch_size` examples in the learner layout, each drawn from ONE of `pools` (chosen with
+  probability proportional to its size), in shuffled epochs per pool: pools of very different lengths (e.g.
+  naive-RAG prompts and tool-loop episodes) never share a batch, so no batch pads to the other's length."""
+
+  def __init__(self, pools: Sequence[Sequence[Any]], batch_size: int, rng: np.random.Generator, layout: dict):
+    self.pools = [pool for pool in pools if len(pool)]
+    sizes = np.array([len(pool) for pool in self.pools], np.float64)
+    self.weights = sizes / sizes.sum()
+    self.batch_size, self.rng, self.layout = batch_size, rng, layout
+    self.orders: list[list[int]] = [[] for _ in self.pools]
+
+  def next(self) -> dict[str, np.ndarray]:
+    k = int(self.rng.choice(len(self.pools), p=self.weights)) if len(self.pools) > 1 else 0
+    pool, order = self.pools[k], self.orders[k]
+    while len(order) < self.batch_size:
+      order.extend(self.rng.permutation(len(pool)).tolist())
+    chosen, self.orders[k] = order[:self.batch_size], order[self.batch_size:]
+    return learner_batch([pool[i] for i in chosen], **self.layout)
+
+
+def mean_loss(loss_fn, params: nnx.State, examples: Sequence[Any], *, batch_size: int, layout: dict) -> float:
+  """Token-mean action NLL over all `examples` (`loss_fn(params, batch)` is a batch's token mean, so each batch
+  is weighted by its action-token count)."""
+  total = tokens = 0.0
+  for start in range(0, len(examples), batch_size):
+    batch = learner_batch(examples[start:start + batch_size], **layout)
+    count = float(batch["loss_mask"].sum())
+    total += float(loss_fn(params, batch)) * count
+    tokens += count
+  return total / max(tokens, 1.0)
+
+
 def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], *, stages: Sequence[Stage],
             lr: float, warmup_steps: int, weight_decay: float, prompt_length: int, response_length: int,
             pad_id: int, seed: int, length_multiple: int | None = 64, log_fn=None,
-            drill_examples: Sequence[Any] = ()) -> nnx.State:
-  """Runs the warm-up `stages` in order over shuffled epochs of `examples`; returns the trained parameters.
+            drill_examples: Sequence[Any] = (), copy_stop: CopyStop | None = None,
+            single_turn_examples: Sequence[Any] = ()) -> WarmupResult:
+  """Runs the warm-up `stages` (copy phase, then trajectory phase; see the module docstring).
 
-  Copy-drill stages draw from `drill_examples` instead (`data.synthetic.copy_drill`). Each batch is padded
-  only to its own length bucket (`length_multiple`; None pads to the full P and R). `log_fn(step, metrics)`
-  receives the global step (0 .. total - 1) and the stage's `sft/turns` (-1 for the copy drill).
+  Copy-drill stages draw shuffled epochs of `drill_examples` (`data.synthetic.copy_drill`), the others of
+  `examples` cut to the stage's turns; whole-trajectory (`all`) stages also draw `single_turn_examples`
+  (naive-RAG prompts answered in one turn: no tool loop whose first turns an earlier stage could teach), in
+  batches of their own. Each batch is padded only to its own length bucket (`length_multiple`;
+  None pads to the full P and R). `log_fn(step, metrics)` receives the global step (0-based) and the stage's
+  `sft/turns` (-1 for the copy drill), plus `sft/drill_loss` at each `copy_stop` check and, in the trajectory
+  phase, `sft/total_steps` (the warm-up's length once the copy phase has ended).
   """
   if not examples:
     raise ValueError("supervised warm-up has no examples (the expert produced no grounded trajectory)")
   if any(stage.is_copy_drill and stage.steps for stage in stages) and not drill_examples:
     raise ValueError("a 'copy' warm-up stage needs copy-drill examples (drill_examples)")
-  total = sum(stage.steps for stage in stages)
-  trainer = SupervisedTrainer(graphdef, lr=lr, warmup_steps=warmup_steps, total_steps=total,
-                              weight_decay=weight_decay)
-  opt_state = trainer.tx.init(params)
+  layout = dict(prompt_length=prompt_length, response_length=response_length, pad_id=pad_id,
+                multiple=length_multiple)
   rng = np.random.default_rng(seed)
+  copy_stages = [s for s in stages if s.is_copy_drill]
+  trajectory_stages = [s for s in stages if not s.is_copy_drill]
   step = 0
-  for stage in stages:
-    pool = list(drill_examples) if stage.is_copy_drill else [first_turns(ex, stage.turns) for ex in examples]
-    order: list[int] = []
-    for _ in range(stage.steps):
-      if len(order) < stage.batch_size:
-        order.extend(rng.permutation(len(pool)).tolist())
-      chosen, order = order[:stage.batch_size], order[stage.batch_size:]
-      batch = learner_batch([pool[i] for i in chosen], prompt_length, response_length, pad_id,
-                            multiple=length_multiple)
-      params, opt_state, metrics = trainer.step(params, opt_state, batch)
-      if log_fn is not None:
-        log_fn(step, dict(metrics, **{"sft/turns": stage.turns}))
-      step += 1
-  return params
+
+  def log(metrics, turns):
+    if log_fn is not None:
+      log_fn(step, dict(metrics, **{"sft/turns": turns}))
+
+  drill_loss = None
+
+  def copied_enough():
+    return copy_stop is not None and drill_loss is not None and drill_loss <= copy_stop.target_loss
+
+  planned_copy, total = sum(s.steps for s in copy_stages), sum(s.steps for s in trajectory_stages)
+  schedule = warmup_schedule(lr, warmup_steps, planned_copy + total)
+  opt_state = adamw(schedule, weight_decay=weight_decay).init(params)
+  if planned_copy:
+    trainer = SupervisedTrainer(graphdef, adamw(schedule, weight_decay=weight_decay))
+    for stage in copy_stages:
+      batches = _Batches([drill_examples], stage.batch_size, rng, layout)
+      for _ in range(stage.steps):
+        params, opt_state, metrics = trainer.step(params, opt_state, batches.next())
+        if copy_stop is not None and (step + 1) % copy_stop.check_every == 0:
+          drill_loss = mean_loss(trainer.loss, params, copy_stop.held_out, batch_size=copy_stop.batch_size,
+                                 layout=layout)
+          metrics = dict(metrics, **{"sft/drill_loss": drill_loss})
+        log(metrics, COPY_DRILL)
+        step += 1
+        if copied_enough():
+          break
+      if copied_enough():
+        break
+  copy_steps = step
+
+  if total:
+    trainer = SupervisedTrainer(graphdef, adamw(skipping(schedule, planned_copy - copy_steps),
+                                                weight_decay=weight_decay))
+    for stage in trajectory_stages:
+      pools = [[first_turns(ex, stage.turns) for ex in examples], single_turn_examples if stage.turns == 0 else ()]
+      batches = _Batches(pools, stage.batch_size, rng, layout)
+      for _ in range(stage.steps):
+        params, opt_state, metrics = trainer.step(params, opt_state, batches.next())
+        log(dict(metrics, **{"sft/total_steps": copy_steps + total}), stage.turns)
+        step += 1
+  return WarmupResult(params=params, copy_steps=copy_steps, drill_loss=drill_loss)
