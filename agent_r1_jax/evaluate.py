@@ -1,7 +1,7 @@
 """Evaluate a policy the way the paper's Table 3 does: agent vs Base Tool Call, Naive RAG and No Retrieval.
 
     python -m agent_r1_jax.evaluate --workdir=RUN_DIR [--step=N] \\
-        [--methods=agent,base_tool_call,naive_rag,no_retrieval] [--datasets=synthetic] [--num_examples=200]
+        [--methods=agent,base_tool_call,naive_rag,no_retrieval] [--datasets=synthetic,one_hop] [--num_examples=200]
     python -m agent_r1_jax.evaluate --hf_checkpoint=DIR --config=configs/grpo_multihopqa.py:qwen2.5-3b \\
         --config.model.path=BASE_DIR --config.data.prepared_dir=DATA --config.tool.corpus_path=corpus.jsonl \\
         --datasets=hotpotqa,2wikimultihopqa,musique
@@ -35,8 +35,8 @@ _BASE_HF = flags.DEFINE_string(
     "else its step-0 checkpoint; for --hf_checkpoint, the config's model.path, else that same directory.")
 _METHODS = flags.DEFINE_list("methods", ["agent", "base_tool_call", "naive_rag", "no_retrieval"],
                              "Methods to run (agent, base_tool_call, naive_rag, no_retrieval).")
-_DATASETS = flags.DEFINE_list("datasets", [], "Evaluation sets (hotpotqa, 2wikimultihopqa, musique, synthetic); "
-                              "default: every set the task has prepared.")
+_DATASETS = flags.DEFINE_list("datasets", [], "Evaluation sets (hotpotqa, 2wikimultihopqa, musique; synthetic and "
+                              "one_hop for the synthetic world); default: every set the task has.")
 _OUT_DIR = flags.DEFINE_string("out_dir", None, "Where the outputs go.")
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 0, "Examples per dataset (0 = all).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 0, "Prompts per rollout (0 = config trainer.eval_batch_size).")
@@ -78,7 +78,7 @@ def run(*, workdir: str | None, hf_checkpoint: str | None, base_hf_checkpoint: s
   config_lib.validate(c)
   names = datasets_lib.select_datasets(c, datasets)
   task = task_lib.build_task(c)
-  sets = {name: task.test[name] for name in names}
+  sets = datasets_lib.load_datasets(task, names)
   mesh = loop.build_mesh(c)
   base_dir = base_hf_checkpoint
   if hf_checkpoint and not base_dir and c.model.path and pathlib.Path(c.model.path) != pathlib.Path(hf_checkpoint):

@@ -352,19 +352,19 @@ def test_cli_run_on_a_workdir_writes_every_output(setup, tmp_path):
   _write_workdir(c, task, workdir, [0, 2])
   c2 = policy_lib.read_workdir_config(workdir)
   paths = evaluate.run(workdir=str(workdir), hf_checkpoint=None, base_hf_checkpoint=None, step=None,
-                       methods=["agent", "base_tool_call", "no_retrieval"], datasets=["synthetic"], out_dir=None,
-                       num_examples=2, batch_size=2, samples_per_dataset=1, seed=0, config=c2)
+                       methods=["agent", "base_tool_call", "no_retrieval"], datasets=["synthetic", "one_hop"],
+                       out_dir=None, num_examples=2, batch_size=2, samples_per_dataset=1, seed=0, config=c2)
   assert paths["table"].parent == workdir / "eval"
   results = json.loads(paths["results"].read_text())
   assert results["policy"].endswith("step 2") and results["base_policy"].endswith("step 0")
   assert set(results["methods"]) == {"agent", "base_tool_call", "no_retrieval"}
   for per in results["methods"].values():
-    assert per[task_lib.SYNTHETIC_SOURCE]["num_examples"] == 2
+    assert per[task_lib.SYNTHETIC_SOURCE]["num_examples"] == per["synthetic_one_hop"]["num_examples"] == 2
   records = [json.loads(line) for line in paths["records"].read_text().splitlines()]
   for r in records:  # the segments cover the response exactly, actions first
     assert "".join(t for _, t in r["segments"]) == r["response"]
     assert r["segments"][0][0] == "action"
-  assert len(_parse_page(paths["html"].read_text())) == 3
+  assert len(_parse_page(paths["html"].read_text())) == 6  # one sample per method and dataset
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -374,9 +374,10 @@ def test_cli_run_on_a_workdir_writes_every_output(setup, tmp_path):
 def test_unprepared_dataset_and_unknown_method_raise_one_clear_error(setup, tmp_path):
   c, _ = setup
   with pytest.raises(ValueError, match=r"dataset 'hotpotqa' is not prepared for this task \(available: "
-                                       r"\['synthetic_multihop'\]\).*data.source=multihopqa"):
+                                       r"\['synthetic_multihop', 'synthetic_one_hop'\]\).*data.source=multihopqa"):
     datasets_lib.select_datasets(c, ["hotpotqa"])
   assert datasets_lib.select_datasets(c, ["synthetic"]) == [task_lib.SYNTHETIC_SOURCE]
+  assert datasets_lib.select_datasets(c, None) == [task_lib.SYNTHETIC_SOURCE, "synthetic_one_hop"]
   real = base_config("grpo", "tiny")
   real.data.source, real.data.prepared_dir = "multihopqa", str(tmp_path / "nothing")
   with pytest.raises(ValueError, match=r"dataset 'musique' is not prepared .*--musique_dev=FILE"):

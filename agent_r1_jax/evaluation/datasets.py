@@ -1,6 +1,9 @@
 """Which evaluation sets a config can serve, and the config change that loads exactly the ones asked for.
 
-  synthetic task   `synthetic_multihop` (alias `synthetic`): the synthetic world's held-out test split.
+  synthetic task   `synthetic_multihop` (alias `synthetic`): the synthetic world's held-out test split;
+                   `synthetic_one_hop` (alias `one_hop`): one one-hop question per test question, about the
+                   test split's held-out anchors (`data.synthetic.reading.held_out_one_hop`), where one
+                   retrieval with the question finds the answer's passage.
   multihopqa task  each prepared `validation_<source>` split of `data.prepared_dir`: `hotpotqa`,
                    `2wikimultihopqa`, `musique` (whichever `prepare_multihopqa` wrote).
 """
@@ -8,21 +11,23 @@
 from __future__ import annotations
 
 import pathlib
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from ml_collections import config_dict
 
+from agent_r1_jax.data.synthetic.reading import DATA_SOURCE as SYNTHETIC_ONE_HOP_SOURCE
 from agent_r1_jax.trainer.task import SYNTHETIC_SOURCE
 
 MULTIHOPQA_SOURCES = ("hotpotqa", "2wikimultihopqa", "musique")
-_ALIASES = {"synthetic": SYNTHETIC_SOURCE, "2wiki": "2wikimultihopqa"}
+SYNTHETIC_SOURCES = (SYNTHETIC_SOURCE, SYNTHETIC_ONE_HOP_SOURCE)
+_ALIASES = {"synthetic": SYNTHETIC_SOURCE, "one_hop": SYNTHETIC_ONE_HOP_SOURCE, "2wiki": "2wikimultihopqa"}
 _PREPARE_FLAGS = {"hotpotqa": "--hotpotqa_dev", "2wikimultihopqa": "--twowiki_dev", "musique": "--musique_dev"}
 
 
 def available_datasets(c: config_dict.ConfigDict) -> list[str]:
   """The evaluation sets of the config's task that exist on disk."""
   if c.data.source == "synthetic":
-    return [SYNTHETIC_SOURCE]
+    return list(SYNTHETIC_SOURCES)
   from agent_r1_jax.data import tfds_store  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.data.prepare_multihopqa import DATASET_NAME  # pylint: disable=import-outside-toplevel
   if not c.data.prepared_dir:
@@ -50,8 +55,8 @@ def select_datasets(c: config_dict.ConfigDict, names: Sequence[str] | None) -> l
     if name in available:
       continue
     if c.data.source == "synthetic":
-      hint = (f"this task is the synthetic world (data.source='synthetic'), whose only evaluation set is "
-              f"{SYNTHETIC_SOURCE!r}; for real data set --config.data.source=multihopqa and "
+      hint = (f"this task is the synthetic world (data.source='synthetic'), whose evaluation sets are "
+              f"{list(SYNTHETIC_SOURCES)}; for real data set --config.data.source=multihopqa and "
               f"--config.data.prepared_dir")
     elif name in MULTIHOPQA_SOURCES:
       hint = (f"prepare it with `python -m agent_r1_jax.data.prepare_multihopqa --out_dir={c.data.prepared_dir} "
@@ -63,3 +68,18 @@ def select_datasets(c: config_dict.ConfigDict, names: Sequence[str] | None) -> l
     with c.unlocked():
       c.data.val_sources = tuple(wanted)
   return wanted
+
+
+def load_datasets(task: Any, names: Sequence[str]) -> dict[str, Sequence[Mapping[str, Any]]]:
+  """The examples of each set `select_datasets` returned: the task's held-out splits, and the synthetic
+  one-hop set built from the world (deterministic: the same world gives the same questions)."""
+  out = {}
+  for name in names:
+    if name == SYNTHETIC_ONE_HOP_SOURCE:
+      from agent_r1_jax.data.synthetic.reading import held_out_one_hop  # pylint: disable=import-outside-toplevel
+      from agent_r1_jax.data.synthetic.world import example_row  # pylint: disable=import-outside-toplevel
+      files = task.synthetic_files
+      out[name] = [example_row(q) for q in held_out_one_hop(files.world(), files.questions("test"))]
+    else:
+      out[name] = task.test[name]
+  return out

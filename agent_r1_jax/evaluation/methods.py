@@ -6,8 +6,9 @@
                   into the user message; no tools in the prompt; one turn ("Naive RAG").
   no_retrieval    the question alone, no tools, one turn ("No Retrieval").
 
-Every method runs through `trainer.evaluation.evaluate_examples` (the training rollout driver and the reward
-registry's scorer). The single-turn methods use a `NousToolEnv` with no tools, so a tool call the policy still
+The single-turn prompts are rendered by `data.rag` (shared with the tiny preset's warm-up). Every method runs
+through `trainer.evaluation.evaluate_examples` (the training rollout driver and the reward registry's scorer).
+The single-turn methods use a `NousToolEnv` with no tools, so a tool call the policy still
 writes is counted (as a failed call) but retrieves nothing, and `max_turns=1` ends the episode there.
 
 With the paper's reward style the score includes a tool-use format term, which is 0 for single-turn methods
@@ -21,14 +22,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ml_collections import config_dict
 
-from agent_r1_jax.data import prompts
+from agent_r1_jax.data import rag
 from agent_r1_jax.rollout import RolloutConfig
 from agent_r1_jax.trainer import loop
 
-ANSWER_INSTRUCTION = ("Think inside <think> and </think> before answering. Give the final answer inside "
-                      "<answer> and </answer>.")
-RAG_INSTRUCTION = ("Use the passages above to answer the question. " + ANSWER_INSTRUCTION)
-SEARCH_TOOL_NAME = "search"
 _PROMPT_ROUND = 64  # single-turn prompt widths are rounded up to this, so a dataset compiles one prefill shape
 
 
@@ -76,24 +73,6 @@ def single_turn_env(c: config_dict.ConfigDict):
                      parallel_tool_calls=c.env.parallel_tool_calls, assistant_prefix=c.env.assistant_prefix)
 
 
-def retrieve_passages(env: Any, questions: Sequence[str]) -> list[str]:
-  """One batched search with each question through the task env's search tool, cut like a tool result.
-
-  The text is exactly what the agent would read after calling `search(query=question)`: the tool's
-  formatted top-k passages, truncated by the env to `max_tool_response_length` characters.
-  """
-  tool = getattr(env, "tool_map", {}).get(SEARCH_TOOL_NAME)
-  if tool is None:
-    raise ValueError(f"naive_rag retrieves with the {SEARCH_TOOL_NAME!r} tool, but the task's env has "
-                     f"{sorted(getattr(env, 'tool_map', {}))}; add 'wiki_search' to --config.tool.tools")
-  results = tool.batch_execute([{"query": q} for q in questions])
-  return [env.truncate(r.content) for r in results]
-
-
-def rag_instruction(passages: str) -> str:
-  return f"Passages:\n{passages}\n{RAG_INSTRUCTION}"
-
-
 def build_renderer(method: Method, task: Any, examples: Sequence[Mapping[str, Any]]
                    ) -> Callable[[Mapping[str, Any]], str]:
   """`example -> rendered prompt` for `method` over `examples` (naive_rag retrieves for all of them once)."""
@@ -101,11 +80,10 @@ def build_renderer(method: Method, task: Any, examples: Sequence[Mapping[str, An
     return task.render
   tok = task.tokenizer
   if not method.retrieve:
-    return lambda ex: prompts.render_prompt(tok, ex["question"], None, instruction=ANSWER_INSTRUCTION)
+    return lambda ex: rag.render_closed_book_prompt(tok, ex["question"])
   passages = dict(zip((str(ex["id"]) for ex in examples),
-                      retrieve_passages(task.env, [ex["question"] for ex in examples])))
-  return lambda ex: prompts.render_prompt(tok, ex["question"], None,
-                                          instruction=rag_instruction(passages[str(ex["id"])]))
+                      rag.retrieve_passages(task.env, [ex["question"] for ex in examples])))
+  return lambda ex: rag.render_rag_prompt(tok, ex["question"], passages[str(ex["id"])])
 
 
 def rollout_limits(method: Method, c: config_dict.ConfigDict, tokenizer: Any,

@@ -25,7 +25,7 @@ from agent_r1_jax.trainer.evaluation import ACTION, OBSERVATION, EpisodeRecord
 DETAIL_METRICS = ("em", "f1", "substring_acc", "format", "score", "turns", "tool_calls", "tool_error_rate",
                   "num_examples")
 _DATASET_LABELS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue",
-                   "synthetic_multihop": "Synthetic"}
+                   "synthetic_multihop": "Synthetic", "synthetic_one_hop": "Synthetic one-hop"}
 
 Summaries = Mapping[str, Mapping[str, Mapping[str, float]]]  # method -> dataset -> metric -> value
 

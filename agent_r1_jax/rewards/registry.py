@@ -26,7 +26,7 @@ def _multihopqa_factory(style: str = "paper") -> Scorer:
   return functools.partial(multihopqa.compute_score, style=style)
 
 
-for _source in ("hotpotqa", "2wikimultihopqa", "musique", "synthetic_multihop"):
+for _source in ("hotpotqa", "2wikimultihopqa", "musique", "synthetic_multihop", "synthetic_one_hop"):
   register_scorer(_source, _multihopqa_factory)
 
 

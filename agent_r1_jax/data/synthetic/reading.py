@@ -17,6 +17,11 @@ search tool over that world's passages:
 Every fact there contradicts or is absent from the task's world (each world draws its own), so imitating the
 expert means copying the value out of the observation, the skill the second hop of a held-out question needs.
 The fresh worlds' questions never enter RL or evaluation.
+
+`naive_rag_examples` gives the same practice in the naive-RAG format (`data.rag`: the question's retrieved
+passages in the user turn, one answering turn), which an instruct model also reads without being taught and
+the from-scratch model does not. `held_out_one_hop` asks one-hop questions about the task world's held-out
+test anchors: an evaluation set where one retrieval with the question suffices, unlike the bridge questions.
 """
 
 from __future__ import annotations
@@ -25,8 +30,12 @@ import dataclasses
 import random
 from typing import Any, Sequence
 
+from agent_r1_jax.data import rag
+from agent_r1_jax.data.sft import SFTExample, tokenize_trajectory
 from agent_r1_jax.data.synthetic import expert as expert_lib
 from agent_r1_jax.data.synthetic.world import RELATION_PHRASES, World, WorldConfig, corpus_row, generate_world
+
+DATA_SOURCE = "synthetic_one_hop"  # the rows' data_source (scored like the multi-hop world: EM of the answer)
 
 # Attributes that are facts a question can ask about (`is_capital` is a flag, not a relation).
 _ASKABLE = tuple(RELATION_PHRASES)
@@ -40,21 +49,24 @@ def fresh_world_configs(config: WorldConfig, count: int) -> list[WorldConfig]:
                               num_test=0) for k in range(1, count + 1)]
 
 
-def one_hop_questions(world: World, count: int, *, seed: int = 0) -> list[dict]:
+def one_hop_questions(world: World, count: int, *, seed: int = 0,
+                      entities: Sequence[str] | None = None) -> list[dict]:
   """`count` distinct questions "What is {relation} of {entity}?" over random (entity, relation) pairs.
 
   Each has the fields the expert and the warm-up read (`id`, `question`, `answers`, `hops` with one step,
-  `answer_kind`, `question_entities`). Raises if the world has fewer than `count` askable facts.
+  `answer_kind`, `question_entities`) and a dataset row's (`data_source`, `supporting_titles`). `entities`
+  restricts the entities asked about (default: all). Raises if fewer than `count` askable facts exist.
   """
-  facts = [(name, relation) for name, entity in world.entities.items() for relation in entity.attrs
-           if relation in _ASKABLE]
+  names = world.entities if entities is None else sorted(set(entities))
+  facts = [(name, relation) for name in names for relation in world.entities[name].attrs if relation in _ASKABLE]
   if count > len(facts):
-    raise ValueError(f"asked for {count} one-hop questions but the world states only {len(facts)} facts")
+    raise ValueError(f"asked for {count} one-hop questions but the world states only {len(facts)} facts "
+                     f"about the entities asked about")
   chosen = random.Random(f"one-hop:{world.config.seed}:{seed}").sample(facts, count)
   out = []
   for i, (name, relation) in enumerate(chosen):
     value = world.entities[name].attrs[relation]
-    out.append({"id": f"one-hop-{world.config.seed}-{i}", "type": "one_hop",
+    out.append({"id": f"one-hop-{world.config.seed}-{seed}-{i}", "type": "one_hop", "data_source": DATA_SOURCE,
                 "question": f"What is {RELATION_PHRASES[relation].format(name)}?", "answers": [value],
                 "supporting_titles": [name], "question_entities": [name],
                 "hops": [{"query": name, "relation": relation, "value": value}],
@@ -91,3 +103,37 @@ def one_hop_trajectories(config: WorldConfig, *, worlds: int, per_world: int, en
     expert = expert_lib.ScriptedExpert(search_env_over(world, **env_options), {}, seed=seed)
     out.extend(expert.run(one_hop_questions(world, per_world, seed=seed)))
   return out
+
+
+def naive_rag_examples(tokenizer: Any, config: WorldConfig, *, worlds: int, per_world: int, env_options: dict,
+                       seed: int = 0) -> list[SFTExample]:
+  """One-hop questions of `worlds` fresh worlds in the naive-RAG format, answered in one expert turn.
+
+  The prompt is `data.rag.render_rag_prompt` over the question's top-k passages retrieved through the world's
+  search tool (`env_options` as in `one_hop_trajectories`); the response is the expert's final turn
+  (`<think>The birthplace of X is V.</think>\n<answer>V</answer><|im_end|>`). Questions whose retrieved
+  passages do not contain the answer are dropped: the example must be answerable by reading.
+  """
+  out: list[SFTExample] = []
+  for world_config in fresh_world_configs(config, worlds):
+    world = generate_world(world_config)
+    env = search_env_over(world, **env_options)
+    expert = expert_lib.ScriptedExpert(env, {}, seed=seed)
+    questions = one_hop_questions(world, per_world, seed=seed + 1)  # not the agent episodes' sample
+    for question, passages in zip(questions, rag.retrieve_passages(env, [q["question"] for q in questions])):
+      if question["answers"][0] not in passages:
+        continue
+      prompt = rag.render_rag_prompt(tokenizer, question["question"], passages)
+      out.append(tokenize_trajectory(tokenizer, prompt, [(expert.action_texts(question)[-1], True)],
+                                     example_id=f"rag-{question['id']}"))
+  return out
+
+
+def held_out_one_hop(world: World, test_questions: Sequence[dict], *, seed: int = 0) -> list[dict]:
+  """One one-hop question per test question, about the task world's held-out test anchors.
+
+  The anchors (`question_entities` of the test split) are never named by a training question, so the policy
+  has to retrieve their facts; one search with the question finds the anchor's passage, where the answer is.
+  """
+  anchors = [name for q in test_questions for name in q["question_entities"]]
+  return one_hop_questions(world, len(test_questions), seed=seed, entities=anchors)
