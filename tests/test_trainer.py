@@ -217,7 +217,8 @@ def test_every_shipped_config_is_valid(algorithm, preset):
 
 def _warmup_examples(workdir, **overrides) -> int:
   """How many examples a one-step warm-up of the micro config builds with `overrides`."""
-  c = micro_config("grpo", **{"sft.enabled": True, "sft.stages": "all:1:2", "sft.reading_worlds": 0, **overrides})
+  c = micro_config("grpo", **{"sft.enabled": True, "sft.stages": "all:1:2", "sft.reading_worlds": 0,
+                              "sft.rag_questions": 0, **overrides})
   trainer = loop.RLTrainer(c, workdir)
   trainer.warmup(None)
   return trainer.meta["sft_examples"]
@@ -239,6 +240,20 @@ def test_warmup_adds_one_hop_episodes_from_fresh_worlds(tmp_path):
   c = micro_config("grpo", **{"sft.enabled": True, "sft.reading_worlds": -1})
   with pytest.raises(ValueError, match="sft.reading_worlds"):
     config_lib.validate(c)
+
+
+def test_warmup_adds_naive_rag_examples_from_the_same_fresh_worlds(tmp_path):
+  """sft.rag_questions=10 in 2 fresh worlds adds up to 20 naive-RAG examples (those whose retrieved passages hold
+  the answer); without fresh worlds it adds none."""
+  base = {"sft.reading_questions": 0}
+  counts = {(w, r): _warmup_examples(tmp_path / f"{w}{r}", **base, **{"sft.reading_worlds": w, "sft.rag_questions": r})
+            for w, r in ((2, 0), (2, 10), (0, 10))}
+  assert counts[2, 0] == counts[0, 10]
+  assert counts[2, 0] + 15 <= counts[2, 10] <= counts[2, 0] + 20
+  for field, bad in (("rag_questions", -1), ("copy_target_loss", -0.5), ("copy_check_every", 0)):
+    c = micro_config("grpo", **{"sft.enabled": True, f"sft.{field}": bad})
+    with pytest.raises(ValueError, match=f"sft.{field}"):
+      config_lib.validate(c)
 
 
 def test_sft_stage_spec_is_parsed_or_refused_with_one_message():

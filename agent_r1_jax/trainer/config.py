@@ -180,8 +180,12 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.sft = config_dict.ConfigDict()
   c.sft.enabled = False
   # Stages "turns:steps:batch_size,...": trajectories cut after their first `turns` assistant turns (`all`:
-  # whole), shortest first (see trainer/sft.py); one warm-up + cosine schedule spans all stages.
+  # whole), shortest first; `copy` stages (first) train on the copy drill. See trainer/sft.py.
   c.sft.stages = "all:200:32"
+  # The copy phase ends early once the loss on held-out drills is <= this (nats/token; 0: run all its steps),
+  # checked every `copy_check_every` steps.
+  c.sft.copy_target_loss = 0.0
+  c.sft.copy_check_every = 25
   c.sft.lr = 1e-3
   c.sft.warmup_steps = 20
   c.sft.weight_decay = 0.0
@@ -195,6 +199,9 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # data.synthetic.reading), `sft.reading_questions` per world: reading practice with nothing to memorise.
   c.sft.reading_worlds = 0
   c.sft.reading_questions = 1000
+  # ... and as many naive-RAG examples per fresh world (passages in the user turn, one answering turn; see
+  # data.rag): the format of evaluate's naive_rag baseline, which an instruct model reads untaught.
+  c.sft.rag_questions = 0
 
   # ---- mesh --------------------------------------------------------------------------------------------
   c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
@@ -217,9 +224,9 @@ def _apply_tiny(c: config_dict.ConfigDict) -> None:
   The model starts from random weights, so warm-up first gives it what pretraining gives a real LM: the copy
   drill (`data.synthetic.copy_drill`: repeat a list of fresh random names, 300 steps) and one-hop reading
   episodes in two fresh worlds (`data.synthetic.reading`: other names, other facts, so the answer has to be
-  copied out of the observation). Then it imitates the scripted expert in stages of growing length (first
-  turns; two-turn prefixes; whole episodes). The expert is the paper's starting point in miniature: on 60% of
-  the two-hop questions it answers from "memory" without searching (`sft.expert_guess_at="start"`), like an
+  copied out of the observation), 300 per world also in the naive-RAG format (passages in the user turn).
+  Then it imitates the scripted expert in stages of growing length (first turns; two-turn prefixes; whole
+  episodes). The expert is the paper's starting point in miniature: on 60% of the two-hop questions it answers from "memory" without searching (`sft.expert_guess_at="start"`), like an
   instruct model that under-uses its tools, so the warmed-up policy guesses and RL has to discover that
   searching pays. Rollouts sample at temperature 0.7 (the learner scores them at the same temperature).
   Batches are padded to multiples of 16 tokens (`trainer.length_multiple`): the prompts are ~30 tokens.
@@ -261,6 +268,7 @@ def _apply_tiny(c: config_dict.ConfigDict) -> None:
   c.sft.stages = "copy:300:64,1:200:32,2:150:32,all:550:16"
   c.sft.reading_worlds = 2
   c.sft.reading_questions = 1600
+  c.sft.rag_questions = 300
   c.sft.lr = 3e-3
   c.sft.expert_error_rate = 0.6
   c.sft.expert_guess_at = "start"
@@ -315,8 +323,13 @@ def validate(c: config_dict.ConfigDict) -> None:
     if not isinstance(c.sft.sibling_worlds, int) or c.sft.sibling_worlds < 0:
       raise ValueError(f"sft.sibling_worlds must be an integer >= 0 (extra worlds the warm-up expert plays in), "
                        f"got {c.sft.sibling_worlds!r}")
-    for name in ("reading_worlds", "reading_questions"):
+    for name in ("reading_worlds", "reading_questions", "rag_questions"):
       if not isinstance(c.sft[name], int) or c.sft[name] < 0:
         raise ValueError(f"sft.{name} must be an integer >= 0, got {c.sft[name]!r}")
+    if not isinstance(c.sft.copy_target_loss, (int, float)) or c.sft.copy_target_loss < 0:
+      raise ValueError(f"sft.copy_target_loss must be a number >= 0 (0: no early stop), got "
+                       f"{c.sft.copy_target_loss!r}")
+    if not isinstance(c.sft.copy_check_every, int) or c.sft.copy_check_every < 1:
+      raise ValueError(f"sft.copy_check_every must be an integer >= 1, got {c.sft.copy_check_every!r}")
   if c.rollout.max_context_length < c.rollout.max_prompt_length + 1:
     raise ValueError("rollout.max_context_length must exceed rollout.max_prompt_length")

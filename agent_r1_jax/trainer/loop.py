@@ -276,48 +276,80 @@ class RLTrainer:
   # ---- warm-up and evaluation -------------------------------------------------------------------------
 
   def warmup(self, log) -> None:
-    """Supervised warm-up on the scripted expert's trajectories (synthetic task)."""
-    from agent_r1_jax.data.synthetic import (  # pylint: disable=import-outside-toplevel
-        expert_trajectories, held_out_entities, sft_examples, sibling_worlds)
-    from agent_r1_jax.data.synthetic.copy_drill import copy_drill_examples  # pylint: disable=import-outside-toplevel
-    from agent_r1_jax.data.synthetic.reading import one_hop_trajectories  # pylint: disable=import-outside-toplevel
-    c, files = self.c, self.task.synthetic_files
-    if files is None:
+    """Supervised warm-up on the scripted expert's trajectories (synthetic task); see trainer/sft.py."""
+    c, tok = self.c, self.task.tokenizer
+    if self.task.synthetic_files is None:
       raise ValueError("sft.enabled needs the synthetic task (the scripted expert plays in the synthetic world); "
                        "set --config.sft.enabled=False for real data")
     t0 = time.perf_counter()
-    worlds = [(files, self.task.env)] + [(sibling, task_lib.synthetic_env(c, sibling))
-                                         for sibling in sibling_worlds(files, c.sft.sibling_worlds)]
-    held_out = held_out_entities(files)  # a sibling's question naming one is skipped
-    trajs = [t for world, env in worlds
-             for t in expert_trajectories(world, "train", error_rate=c.sft.expert_error_rate,
-                                          guess_at=c.sft.expert_guess_at, verbose_rate=c.sft.expert_verbose_rate,
-                                          seed=c.seed, env=env)
-             if not held_out & set(t.question["question_entities"])]
-    if c.sft.reading_worlds and c.sft.reading_questions:
-      env_options = dict(top_k=c.tool.top_k, max_tool_response_length=c.env.max_tool_response_length,
-                         assistant_prefix=c.env.assistant_prefix, parallel_tool_calls=c.env.parallel_tool_calls)
-      trajs += [t for t in one_hop_trajectories(files.config, worlds=c.sft.reading_worlds, seed=c.seed,
-                                                per_world=c.sft.reading_questions, env_options=env_options)
-                if not held_out & set(t.question["question_entities"])]
-    examples = sft_examples(self.task.tokenizer, trajs, self.task.prompt_tool_schemas,
-                            instruction=self.task.instruction)
     stages = sft_lib.parse_stages(c.sft.stages)
-    drill_count = sum(s.steps * s.batch_size for s in stages if s.is_copy_drill)
-    drill = copy_drill_examples(self.task.tokenizer, drill_count, seed=c.seed,
-                                tool_schemas=self.task.prompt_tool_schemas) if drill_count else ()
-    params = sft_lib.run_sft(
+    examples, rag_examples = self._warmup_examples()
+    drill, copy_stop = self._copy_drill(sum(s.steps * s.batch_size for s in stages if s.is_copy_drill))
+    # Naive-RAG prompts carry passages and are longer than the tool loop's; like evaluate's naive_rag, they
+    # may use the context window beyond rollout.max_prompt_length.
+    prompt_length = max([c.rollout.max_prompt_length] + [len(e.prompt_ids) for e in rag_examples])
+    if rag_examples and prompt_length + c.rollout.max_new_tokens_per_turn > c.rollout.max_context_length:
+      raise ValueError(f"a naive-RAG warm-up prompt has {prompt_length} tokens; with one turn it exceeds "
+                       f"rollout.max_context_length={c.rollout.max_context_length}. Lower --config.tool.top_k or "
+                       f"--config.env.max_tool_response_length, or set --config.sft.rag_questions=0")
+    result = sft_lib.run_sft(
         self.actor_graphdef, self.state["actor"], examples, stages=stages, drill_examples=drill,
+        copy_stop=copy_stop, single_turn_examples=rag_examples,
         lr=c.sft.lr, warmup_steps=c.sft.warmup_steps, weight_decay=c.sft.weight_decay,
-        prompt_length=c.rollout.max_prompt_length, response_length=c.rollout.max_response_length,
-        pad_id=int(self.task.tokenizer.pad_token_id), seed=c.seed,
-        length_multiple=c.trainer.length_multiple or None, log_fn=log)
+        prompt_length=prompt_length, response_length=c.rollout.max_response_length,
+        pad_id=int(tok.pad_token_id), seed=c.seed, length_multiple=c.trainer.length_multiple or None, log_fn=log)
+    params = result.params
     self.state["actor"] = params
     self.state["actor_opt"] = self._on_mesh(self.learner.actor_tx.init(params))
     if "ref" in self.state:
       self.state["ref"] = _copy(params)
-    self.meta["sft_seconds"] = time.perf_counter() - t0
-    self.meta["sft_examples"] = len(examples)
+    self.meta.update(sft_seconds=time.perf_counter() - t0, sft_examples=len(examples) + len(rag_examples),
+                     sft_rag_examples=len(rag_examples), sft_copy_steps=result.copy_steps,
+                     sft_drill_loss=result.drill_loss)
+    if self.is_chief and copy_stop is not None:
+      print(f"copy drill: {result.copy_steps} steps, held-out drill loss {result.drill_loss:.3f} "
+            f"(target {c.sft.copy_target_loss})", flush=True)
+
+  def _warmup_examples(self) -> tuple[list, list]:
+    """(tool-loop SFT examples, naive-RAG SFT examples): the expert in the task world and its siblings (no
+    question naming a held-out entity), its one-hop episodes in fresh worlds, and their naive-RAG form."""
+    from agent_r1_jax.data.synthetic import (  # pylint: disable=import-outside-toplevel
+        expert_trajectories, held_out_entities, sft_examples, sibling_worlds)
+    from agent_r1_jax.data.synthetic.reading import (  # pylint: disable=import-outside-toplevel
+        naive_rag_examples, one_hop_trajectories)
+    c, files, tok = self.c, self.task.synthetic_files, self.task.tokenizer
+    worlds = [(files, self.task.env)] + [(sibling, task_lib.synthetic_env(c, sibling))
+                                         for sibling in sibling_worlds(files, c.sft.sibling_worlds)]
+    held_out = held_out_entities(files)
+    trajs = [t for world, env in worlds
+             for t in expert_trajectories(world, "train", error_rate=c.sft.expert_error_rate,
+                                          guess_at=c.sft.expert_guess_at, verbose_rate=c.sft.expert_verbose_rate,
+                                          seed=c.seed, env=env)]
+    env_options = dict(top_k=c.tool.top_k, max_tool_response_length=c.env.max_tool_response_length,
+                       assistant_prefix=c.env.assistant_prefix, parallel_tool_calls=c.env.parallel_tool_calls)
+    if c.sft.reading_worlds and c.sft.reading_questions:
+      trajs += one_hop_trajectories(files.config, worlds=c.sft.reading_worlds, seed=c.seed,
+                                    per_world=c.sft.reading_questions, env_options=env_options)
+    trajs = [t for t in trajs if not held_out & set(t.question["question_entities"])]
+    examples = sft_examples(tok, trajs, self.task.prompt_tool_schemas, instruction=self.task.instruction)
+    rag_examples = []
+    if c.sft.reading_worlds and c.sft.rag_questions:
+      rag_examples = naive_rag_examples(tok, files.config, worlds=c.sft.reading_worlds, seed=c.seed,
+                                        per_world=c.sft.rag_questions, env_options=env_options)
+    return examples, rag_examples
+
+  def _copy_drill(self, count: int) -> tuple[list, sft_lib.CopyStop | None]:
+    """`count` copy-drill examples and, with `sft.copy_target_loss`, the early stop on 128 held-out drills."""
+    from agent_r1_jax.data.synthetic.copy_drill import copy_drill_examples  # pylint: disable=import-outside-toplevel
+    c, tok, schemas = self.c, self.task.tokenizer, self.task.prompt_tool_schemas
+    if not count:
+      return [], None
+    drill = copy_drill_examples(tok, count, seed=c.seed, tool_schemas=schemas)
+    if not c.sft.copy_target_loss:
+      return drill, None
+    held_out = copy_drill_examples(tok, 128, seed=c.seed + 10_000, tool_schemas=schemas)
+    return drill, sft_lib.CopyStop(target_loss=c.sft.copy_target_loss, held_out=held_out,
+                                   check_every=c.sft.copy_check_every)
 
   def evaluate(self, sources: dict, *, max_examples: int | None) -> tuple[dict, list]:
     c = self.c
