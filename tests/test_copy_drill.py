@@ -151,7 +151,10 @@ def test_warmup_schedule_is_planned_over_all_stages_and_skips_what_the_copy_phas
   from agent_r1_jax.trainer.sft import skipping, warmup_schedule
   peak, warm, planned = 3e-3, 20, 1200
   schedule = warmup_schedule(peak, warm, planned)
-  reference = lambda t: peak * t / warm if t < warm else peak * (1 + math.cos(math.pi * (t - warm) / (planned - warm))) / 2
+
+  def reference(t):
+    return peak * t / warm if t < warm else peak * (1 + math.cos(math.pi * (t - warm) / (planned - warm))) / 2
+
   for t in (0, 10, 20, 300, 700, 1199, 1200):
     assert float(schedule(t)) == pytest.approx(reference(t), abs=1e-9)
   skipped = skipping(schedule, 123)

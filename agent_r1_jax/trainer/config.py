@@ -226,11 +226,12 @@ def _apply_tiny(c: config_dict.ConfigDict) -> None:
   episodes in two fresh worlds (`data.synthetic.reading`: other names, other facts, so the answer has to be
   copied out of the observation), 300 per world also in the naive-RAG format (passages in the user turn).
   Then it imitates the scripted expert in stages of growing length (first turns; two-turn prefixes; whole
-  episodes). The expert is the paper's starting point in miniature: on 60% of the two-hop questions it answers from "memory" without searching (`sft.expert_guess_at="start"`), like an
-  instruct model that under-uses its tools, so the warmed-up policy guesses and RL has to discover that
-  searching pays. Rollouts sample at temperature 0.7 (the learner scores them at the same temperature).
-  Batches are padded to multiples of 16 tokens (`trainer.length_multiple`): the prompts are ~30 tokens.
-  Measured figures are in the README.
+  episodes). The expert is the paper's starting point in miniature: on 60% of the two-hop questions it
+  answers from "memory" without searching (`sft.expert_guess_at="start"`), like an instruct model that
+  under-uses its tools, so the warmed-up policy guesses and RL has to discover that searching pays. Rollouts
+  sample at temperature 0.7 (the learner scores them at the same temperature). Batches are padded to
+  multiples of 16 tokens (`trainer.length_multiple`): the prompts are ~30 tokens. Measured figures are in the
+  README.
   """
   c.model.hidden_size = 128
   c.model.intermediate_size = 384

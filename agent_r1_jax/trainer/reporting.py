@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pathlib
 from typing import Any, Mapping, Sequence
 
@@ -44,7 +45,8 @@ class _SftLogger:
       self.last_loss = float(metrics["sft/loss"])
       turns = int(metrics.get("sft/turns", 0))
       shown = {COPY_DRILL: "copy", 0: "all"}.get(turns, turns)
-      extra = {"drill": f"{self.drill_loss:.3f}"} if turns == COPY_DRILL and self.drill_loss == self.drill_loss else {}
+      checked = turns == COPY_DRILL and not math.isnan(self.drill_loss)
+      extra = {"drill": f"{self.drill_loss:.3f}"} if checked else {}
       self._bar.set_postfix(turns=shown, loss=f"{self.last_loss:.4f}", **extra, refresh=False)
     self._bar.update(1)
 
