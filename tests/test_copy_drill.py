@@ -148,9 +148,10 @@ def test_warmup_schedule_is_planned_over_all_stages_and_skips_what_the_copy_phas
   """lr(t) = peak * t / W during warm-up, then peak * (1 + cos(pi (t - W) / (N - W))) / 2 up to the N planned
   steps; after a copy phase that stopped S steps early, optimizer count t runs at lr(t + S)."""
   import math
-  from agent_r1_jax.trainer.sft import skipping, warmup_schedule
+  from agent_r1_jax.trainer.learner import lr_schedule
+  from agent_r1_jax.trainer.sft import skipping
   peak, warm, planned = 3e-3, 20, 1200
-  schedule = warmup_schedule(peak, warm, planned)
+  schedule = lr_schedule(peak, warm, total_steps=planned, schedule="cosine")
 
   def reference(t):
     return peak * t / warm if t < warm else peak * (1 + math.cos(math.pi * (t - warm) / (planned - warm))) / 2

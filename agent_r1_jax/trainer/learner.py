@@ -203,13 +203,9 @@ def apply_update(tx: optax.GradientTransformation, params: nnx.State, opt_state:
           {"grad_norm": grad_norm, "skipped": 1.0 - finite.astype(jnp.float32)})
 
 
-def make_optimizer(*, lr: float, warmup_steps: int, weight_decay: float, grad_clip: float,
-                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-                   total_steps: int | None = None, schedule: str = "constant") -> optax.GradientTransformation:
-  """AdamW with linear warm-up (then constant or cosine decay) and global-norm clipping.
-
-  Steps count optimizer updates (one per mini-batch), as the schedule sees them.
-  """
+def lr_schedule(lr: float, warmup_steps: int, *, total_steps: int | None = None,
+                schedule: str = "constant") -> optax.Schedule:
+  """Linear warm-up to `lr` over `warmup_steps`, then constant or a cosine decay to 0 at `total_steps`."""
   if lr <= 0:
     raise ValueError(f"learning rate must be > 0, got {lr}")
   warm = optax.linear_schedule(0.0, lr, max(warmup_steps, 1)) if warmup_steps > 0 else optax.constant_schedule(lr)
@@ -221,11 +217,28 @@ def make_optimizer(*, lr: float, warmup_steps: int, weight_decay: float, grad_cl
     after = optax.cosine_decay_schedule(lr, max(total_steps - warmup_steps, 1))
   else:
     raise ValueError(f"unknown lr schedule {schedule!r}; use 'constant' or 'cosine'")
-  sched = optax.join_schedules([warm, after], [warmup_steps]) if warmup_steps > 0 else after
-  parts = [optax.adamw(sched, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)]
+  return optax.join_schedules([warm, after], [warmup_steps]) if warmup_steps > 0 else after
+
+
+def clipped_adamw(schedule: optax.Schedule, *, weight_decay: float, grad_clip: float, b1: float = 0.9,
+                  b2: float = 0.999, eps: float = 1e-8) -> optax.GradientTransformation:
+  """Global-norm clipping (when `grad_clip` > 0) then AdamW at `schedule(count)`. The state's structure does
+  not depend on the schedule, so a state can move between transforms that differ only in their schedule."""
+  parts = [optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)]
   if grad_clip and grad_clip > 0:
     parts.insert(0, optax.clip_by_global_norm(grad_clip))
   return optax.chain(*parts)
+
+
+def make_optimizer(*, lr: float, warmup_steps: int, weight_decay: float, grad_clip: float,
+                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                   total_steps: int | None = None, schedule: str = "constant") -> optax.GradientTransformation:
+  """AdamW with linear warm-up (then constant or cosine decay) and global-norm clipping.
+
+  Steps count optimizer updates (one per mini-batch), as the schedule sees them.
+  """
+  return clipped_adamw(lr_schedule(lr, warmup_steps, total_steps=total_steps, schedule=schedule),
+                       weight_decay=weight_decay, grad_clip=grad_clip, b1=b1, b2=b2, eps=eps)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -119,20 +119,6 @@ def sft_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: dict[str, jax.Arr
   return -jnp.sum(logp * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
-def adamw(schedule: optax.Schedule, *, weight_decay: float, grad_clip: float = 1.0) -> optax.GradientTransformation:
-  """Global-norm clipping + AdamW at `schedule(count)`. Every schedule gives the same state structure, so one
-  AdamW state carries over from the copy phase's transform to the trajectory phase's."""
-  return optax.chain(optax.clip_by_global_norm(grad_clip), optax.adamw(schedule, weight_decay=weight_decay))
-
-
-def warmup_schedule(lr: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
-  """Linear warm-up to `lr` over `warmup_steps`, then cosine decay to 0 at `total_steps`."""
-  if warmup_steps <= 0:
-    return optax.cosine_decay_schedule(lr, max(total_steps, 1))
-  return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup_steps),
-                               optax.cosine_decay_schedule(lr, max(total_steps - warmup_steps, 1))], [warmup_steps])
-
-
 def skipping(schedule: optax.Schedule, skipped: int) -> optax.Schedule:
   """`schedule` with `skipped` steps left out: optimizer count t runs at `schedule(t + skipped)`."""
   return lambda count: schedule(count + skipped)
@@ -246,10 +232,14 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
     return copy_stop is not None and drill_loss is not None and drill_loss <= copy_stop.target_loss
 
   planned_copy, total = sum(s.steps for s in copy_stages), sum(s.steps for s in trajectory_stages)
-  schedule = warmup_schedule(lr, warmup_steps, planned_copy + total)
-  opt_state = adamw(schedule, weight_decay=weight_decay).init(params)
+  schedule = learner_lib.lr_schedule(lr, warmup_steps, total_steps=planned_copy + total, schedule="cosine")
+
+  def adamw(lr_at):  # one AdamW state moves between the two phases' transforms
+    return learner_lib.clipped_adamw(lr_at, weight_decay=weight_decay, grad_clip=1.0)
+
+  opt_state = adamw(schedule).init(params)
   if planned_copy:
-    trainer = SupervisedTrainer(graphdef, adamw(schedule, weight_decay=weight_decay))
+    trainer = SupervisedTrainer(graphdef, adamw(schedule))
     for stage in copy_stages:
       batches = _Batches([drill_examples], stage.batch_size, rng, layout)
       for _ in range(stage.steps):
@@ -267,8 +257,7 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
   copy_steps = step
 
   if total:
-    trainer = SupervisedTrainer(graphdef, adamw(skipping(schedule, planned_copy - copy_steps),
-                                                weight_decay=weight_decay))
+    trainer = SupervisedTrainer(graphdef, adamw(skipping(schedule, planned_copy - copy_steps)))
     for stage in trajectory_stages:
       pools = [[first_turns(ex, stage.turns) for ex in examples], single_turn_examples if stage.turns == 0 else ()]
       batches = _Batches(pools, stage.batch_size, rng, layout)
