@@ -10,7 +10,8 @@ import pytest
 from agent_r1_jax.data.synthetic import WorldConfig, generate_world, prepare_synthetic_world
 from agent_r1_jax.data.synthetic.world import RELATION_PHRASES
 from agent_r1_jax.data.synthetic.reading import (fresh_world_configs, held_out_one_hop, naive_rag_examples,
-                                                 one_hop_questions, one_hop_trajectories)
+                                                 one_hop_questions, one_hop_trajectories, relation_counts,
+                                                 task_relation_mix)
 
 CONFIG = WorldConfig.create(num_train=50, num_validation=10, num_test=10)
 ENV = dict(top_k=2, max_tool_response_length=600)
@@ -38,6 +39,39 @@ def test_one_hop_questions_ask_a_fact_the_entity_passage_states():
     assert hop["query"] in q["question"] and hop["value"] in passages[hop["query"]]
   with pytest.raises(ValueError, match="facts"):
     one_hop_questions(world, 10**6)
+
+
+def test_relation_counts_follow_the_weights_and_hand_the_excess_of_a_short_relation_to_the_others():
+  """40 questions weighted 1 : 1 : 2 over a, b, c, where b states only 5 facts: b gets its 5; the other 35 split
+  1 : 2 (11.67 and 23.33), the larger remainder rounding up: 12 and 23."""
+  assert relation_counts({"a": 1, "b": 1, "c": 2}, {"a": 100, "b": 5, "c": 100}, 40) == {"a": 12, "b": 5, "c": 23}
+  assert relation_counts({"a": 3, "b": 1}, {"a": 100, "b": 100}, 8) == {"a": 6, "b": 2}
+  assert relation_counts({"a": 0, "b": 1}, {"a": 100, "b": 100}, 7) == {"b": 7}  # weight 0: never asked
+  assert relation_counts({"a": 1, "b": 1}, {"a": 2, "b": 3}, 5) == {"a": 2, "b": 3}  # every fact taken
+  with pytest.raises(ValueError, match="only 5 such facts"):
+    relation_counts({"a": 1, "b": 1, "c": 0}, {"a": 2, "b": 3, "c": 100}, 6)
+
+
+def test_the_task_mix_counts_every_hop_of_every_question():
+  questions = [{"hops": [{"relation": "employer"}, {"relation": "founder"}]},
+               {"hops": [{"relation": "director"}, {"relation": "birth_year"}]},
+               {"hops": [{"relation": "employer"}, {"relation": "headquarters"}]}]
+  assert task_relation_mix(questions) == {"employer": 2, "founder": 1, "director": 1, "birth_year": 1,
+                                          "headquarters": 1}
+
+
+def test_a_relation_mix_sets_how_often_each_relation_is_asked():
+  world = generate_world(fresh_world_configs(CONFIG, 1)[0])
+  mix = {"employer": 3, "director": 1, "origin": 0}
+  questions = one_hop_questions(world, 120, seed=4, relation_mix=mix)
+  asked = [q["hops"][0]["relation"] for q in questions]
+  assert asked.count("employer") == 90 and asked.count("director") == 30 and len({q["id"] for q in questions}) == 120
+  assert len({q["question"] for q in questions}) == 120
+  assert questions == one_hop_questions(world, 120, seed=4, relation_mix=mix)
+  assert asked[:60].count("employer") < 60  # shuffled, not grouped by relation
+  for q in questions:
+    (hop,) = q["hops"]
+    assert q["answers"] == [world.entities[hop["query"]].attrs[hop["relation"]]]
 
 
 def test_the_expert_reads_the_answer_out_of_its_observation():

@@ -250,7 +250,8 @@ def test_warmup_adds_naive_rag_examples_from_the_same_fresh_worlds(tmp_path):
             for w, r in ((2, 0), (2, 10), (0, 10))}
   assert counts[2, 0] == counts[0, 10]
   assert counts[2, 0] + 15 <= counts[2, 10] <= counts[2, 0] + 20
-  for field, bad in (("rag_questions", -1), ("copy_target_loss", -0.5), ("copy_check_every", 0)):
+  for field, bad in (("rag_questions", -1), ("copy_target_loss", -0.5), ("copy_check_every", 0),
+                     ("reading_relations", "all")):
     c = micro_config("grpo", **{"sft.enabled": True, f"sft.{field}": bad})
     with pytest.raises(ValueError, match=f"sft.{field}"):
       config_lib.validate(c)

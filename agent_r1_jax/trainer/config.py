@@ -39,6 +39,7 @@ ALGORITHMS: dict[str, dict] = {
 PRESETS = ("tiny", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b")
 REAL_PRESETS = {"qwen2.5-0.5b": "qwen2_5_0_5b", "qwen2.5-1.5b": "qwen2_5_1_5b", "qwen2.5-3b": "qwen2_5_3b"}
 MASK_CHOICES = ("action", "response")
+READING_RELATIONS = ("task", "uniform")
 
 
 def base_config(algorithm: str, preset: str | None = None) -> config_dict.ConfigDict:
@@ -199,6 +200,10 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # data.synthetic.reading), `sft.reading_questions` per world: reading practice with nothing to memorise.
   c.sft.reading_worlds = 0
   c.sft.reading_questions = 1000
+  # Which relations the fresh-world questions ask about: "uniform" over every fact of the fresh world, or
+  # "task": in the proportions the task's training questions read them, hop by hop (more employers read from
+  # a person's passage, no release years; see data.synthetic.reading.task_relation_mix).
+  c.sft.reading_relations = "uniform"
   # ... and as many naive-RAG examples per fresh world (passages in the user turn, one answering turn; see
   # data.rag): the format of evaluate's naive_rag baseline, which an instruct model reads untaught.
   c.sft.rag_questions = 0
@@ -324,6 +329,8 @@ def validate(c: config_dict.ConfigDict) -> None:
     if not isinstance(c.sft.sibling_worlds, int) or c.sft.sibling_worlds < 0:
       raise ValueError(f"sft.sibling_worlds must be an integer >= 0 (extra worlds the warm-up expert plays in), "
                        f"got {c.sft.sibling_worlds!r}")
+    if c.sft.reading_relations not in READING_RELATIONS:
+      raise ValueError(f"sft.reading_relations must be one of {READING_RELATIONS}, got {c.sft.reading_relations!r}")
     for name in ("reading_worlds", "reading_questions", "rag_questions"):
       if not isinstance(c.sft[name], int) or c.sft[name] < 0:
         raise ValueError(f"sft.{name} must be an integer >= 0, got {c.sft[name]!r}")

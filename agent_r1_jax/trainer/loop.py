@@ -316,7 +316,7 @@ class RLTrainer:
     from agent_r1_jax.data.synthetic import (  # pylint: disable=import-outside-toplevel
         expert_trajectories, held_out_entities, sft_examples, sibling_worlds)
     from agent_r1_jax.data.synthetic.reading import (  # pylint: disable=import-outside-toplevel
-        naive_rag_examples, one_hop_trajectories)
+        naive_rag_examples, one_hop_trajectories, task_relation_mix)
     c, files, tok = self.c, self.task.synthetic_files, self.task.tokenizer
     worlds = [(files, self.task.env)] + [(sibling, task_lib.synthetic_env(c, sibling))
                                          for sibling in sibling_worlds(files, c.sft.sibling_worlds)]
@@ -327,15 +327,16 @@ class RLTrainer:
                                           seed=c.seed, env=env)]
     env_options = dict(top_k=c.tool.top_k, max_tool_response_length=c.env.max_tool_response_length,
                        assistant_prefix=c.env.assistant_prefix, parallel_tool_calls=c.env.parallel_tool_calls)
+    mix = task_relation_mix(files.questions("train")) if c.sft.reading_relations == "task" else None
     if c.sft.reading_worlds and c.sft.reading_questions:
       trajs += one_hop_trajectories(files.config, worlds=c.sft.reading_worlds, seed=c.seed,
-                                    per_world=c.sft.reading_questions, env_options=env_options)
+                                    per_world=c.sft.reading_questions, env_options=env_options, relation_mix=mix)
     trajs = [t for t in trajs if not held_out & set(t.question["question_entities"])]
     examples = sft_examples(tok, trajs, self.task.prompt_tool_schemas, instruction=self.task.instruction)
     rag_examples = []
     if c.sft.reading_worlds and c.sft.rag_questions:
       rag_examples = naive_rag_examples(tok, files.config, worlds=c.sft.reading_worlds, seed=c.seed,
-                                        per_world=c.sft.rag_questions, env_options=env_options)
+                                        per_world=c.sft.rag_questions, env_options=env_options, relation_mix=mix)
     return examples, rag_examples
 
   def _copy_drill(self, count: int) -> tuple[list, sft_lib.CopyStop | None]:

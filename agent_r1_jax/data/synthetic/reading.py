@@ -26,9 +26,10 @@ test anchors: an evaluation set where one retrieval with the question suffices, 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import random
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from agent_r1_jax.data import rag
 from agent_r1_jax.data.sft import SFTExample, tokenize_trajectory
@@ -49,20 +50,70 @@ def fresh_world_configs(config: WorldConfig, count: int) -> list[WorldConfig]:
                               num_test=0) for k in range(1, count + 1)]
 
 
-def one_hop_questions(world: World, count: int, *, seed: int = 0,
-                      entities: Sequence[str] | None = None) -> list[dict]:
+def task_relation_mix(questions: Sequence[Mapping]) -> dict[str, int]:
+  """How often the task's `questions` read each relation, hop by hop: the `relation_mix` of reading practice
+  that matches the task (a bridge question "Who founded the company that X works for?" counts one
+  `employer` and one `founder`)."""
+  return dict(collections.Counter(hop["relation"] for q in questions for hop in q["hops"]))
+
+
+def relation_counts(weights: Mapping[str, float], available: Mapping[str, int], count: int) -> dict[str, int]:
+  """`count` split over the relations in proportion to `weights`, none above its `available` facts.
+
+  n_r = count * w_r / sum(w) where that fits; a relation with too few facts gets all of them and the rest is
+  split over the others the same way; fractions go to the largest remainders. Raises if the relations with a
+  positive weight state fewer than `count` facts in all.
+  """
+  open_ = {r: float(w) for r, w in weights.items() if w > 0 and available.get(r, 0) > 0}
+  if sum(available[r] for r in open_) < count:
+    raise ValueError(f"asked for {count} one-hop questions over relations {sorted(open_)} but the world states "
+                     f"only {sum(available[r] for r in open_)} such facts")
+  out = {r: 0 for r in open_}
+  left = count
+  ideal: dict[str, float] = {}
+  while open_:
+    total = sum(open_.values())
+    ideal = {r: left * w / total for r, w in open_.items()}
+    full = [r for r in open_ if ideal[r] >= available[r]]
+    if not full:
+      break
+    for r in full:
+      out[r] = available[r]
+      left -= available[r]
+      del open_[r]
+  floors = {r: int(ideal[r]) for r in open_}
+  by_remainder = sorted(open_, key=lambda r: (floors[r] - ideal[r], r))
+  for i, r in enumerate(by_remainder):
+    out[r] = floors[r] + (1 if i < left - sum(floors.values()) else 0)
+  return out
+
+
+def one_hop_questions(world: World, count: int, *, seed: int = 0, entities: Sequence[str] | None = None,
+                      relation_mix: Mapping[str, float] | None = None) -> list[dict]:
   """`count` distinct questions "What is {relation} of {entity}?" over random (entity, relation) pairs.
 
   Each has the fields the expert and the warm-up read (`id`, `question`, `answers`, `hops` with one step,
   `answer_kind`, `question_entities`) and a dataset row's (`data_source`, `supporting_titles`). `entities`
-  restricts the entities asked about (default: all). Raises if fewer than `count` askable facts exist.
+  restricts the entities asked about (default: all). Without `relation_mix` the pairs are uniform over the
+  world's askable facts; with it, relation r gets `relation_counts(relation_mix, ...)[r]` of them (e.g. the
+  task's own hop relations: its questions read an employer from a person's passage far more often than a
+  uniform draw would practise). Raises if fewer than `count` askable facts exist.
   """
   names = world.entities if entities is None else sorted(set(entities))
   facts = [(name, relation) for name in names for relation in world.entities[name].attrs if relation in _ASKABLE]
   if count > len(facts):
     raise ValueError(f"asked for {count} one-hop questions but the world states only {len(facts)} facts "
                      f"about the entities asked about")
-  chosen = random.Random(f"one-hop:{world.config.seed}:{seed}").sample(facts, count)
+  rng = random.Random(f"one-hop:{world.config.seed}:{seed}")
+  if relation_mix is None:
+    chosen = rng.sample(facts, count)
+  else:
+    by_relation: dict[str, list[tuple[str, str]]] = {}
+    for fact in facts:
+      by_relation.setdefault(fact[1], []).append(fact)
+    counts = relation_counts(relation_mix, {r: len(f) for r, f in by_relation.items()}, count)
+    chosen = [fact for r in sorted(counts) for fact in rng.sample(by_relation[r], counts[r])]
+    rng.shuffle(chosen)
   out = []
   for i, (name, relation) in enumerate(chosen):
     value = world.entities[name].attrs[relation]
@@ -92,34 +143,38 @@ def search_env_over(world: World, *, top_k: int, max_tool_response_length: int, 
 
 
 def one_hop_trajectories(config: WorldConfig, *, worlds: int, per_world: int, env_options: dict,
-                         seed: int = 0) -> list[expert_lib.Trajectory]:
+                         seed: int = 0, relation_mix: Mapping[str, float] | None = None
+                         ) -> list[expert_lib.Trajectory]:
   """The expert's one-hop episodes in `worlds` fresh worlds of `config`'s size, `per_world` questions each.
 
-  `env_options` are `search_env_over`'s keywords (the run's top-k and observation framing).
+  `env_options` are `search_env_over`'s keywords (the run's top-k and observation framing); `relation_mix`
+  weighs the relations asked about (`one_hop_questions`).
   """
   out: list[expert_lib.Trajectory] = []
   for world_config in fresh_world_configs(config, worlds):
     world = generate_world(world_config)
     expert = expert_lib.ScriptedExpert(search_env_over(world, **env_options), {}, seed=seed)
-    out.extend(expert.run(one_hop_questions(world, per_world, seed=seed)))
+    out.extend(expert.run(one_hop_questions(world, per_world, seed=seed, relation_mix=relation_mix)))
   return out
 
 
 def naive_rag_examples(tokenizer: Any, config: WorldConfig, *, worlds: int, per_world: int, env_options: dict,
-                       seed: int = 0) -> list[SFTExample]:
+                       seed: int = 0, relation_mix: Mapping[str, float] | None = None) -> list[SFTExample]:
   """One-hop questions of `worlds` fresh worlds in the naive-RAG format, answered in one expert turn.
 
   The prompt is `data.rag.render_rag_prompt` over the question's top-k passages retrieved through the world's
   search tool (`env_options` as in `one_hop_trajectories`); the response is the expert's final turn
   (`<think>The birthplace of X is V.</think>\n<answer>V</answer><|im_end|>`). Questions whose retrieved
-  passages do not contain the answer are dropped: the example must be answerable by reading.
+  passages do not contain the answer are dropped: the example must be answerable by reading. `relation_mix`
+  weighs the relations asked about (`one_hop_questions`).
   """
   out: list[SFTExample] = []
   for world_config in fresh_world_configs(config, worlds):
     world = generate_world(world_config)
     env = search_env_over(world, **env_options)
     expert = expert_lib.ScriptedExpert(env, {}, seed=seed)
-    questions = one_hop_questions(world, per_world, seed=seed + 1)  # not the agent episodes' sample
+    # seed + 1: not the agent episodes' sample
+    questions = one_hop_questions(world, per_world, seed=seed + 1, relation_mix=relation_mix)
     for question, passages in zip(questions, rag.retrieve_passages(env, [q["question"] for q in questions])):
       if question["answers"][0] not in passages:
         continue
