@@ -68,7 +68,7 @@ def test_a_relation_mix_sets_how_often_each_relation_is_asked():
   assert asked.count("employer") == 90 and asked.count("director") == 30 and len({q["id"] for q in questions}) == 120
   assert len({q["question"] for q in questions}) == 120
   assert questions == one_hop_questions(world, 120, seed=4, relation_mix=mix)
-  assert asked[:60].count("employer") < 60  # shuffled, not grouped by relation
+  assert asked[:30] != ["director"] * 30  # shuffled, not grouped by relation (sorted, directors come first)
   for q in questions:
     (hop,) = q["hops"]
     assert q["answers"] == [world.entities[hop["query"]].attrs[hop["relation"]]]
