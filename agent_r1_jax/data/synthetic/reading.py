@@ -65,9 +65,10 @@ def relation_counts(weights: Mapping[str, float], available: Mapping[str, int], 
   positive weight state fewer than `count` facts in all.
   """
   open_ = {r: float(w) for r, w in weights.items() if w > 0 and available.get(r, 0) > 0}
-  if sum(available[r] for r in open_) < count:
+  supply = sum(available[r] for r in open_)
+  if supply < count:
     raise ValueError(f"asked for {count} one-hop questions over relations {sorted(open_)} but the world states "
-                     f"only {sum(available[r] for r in open_)} such facts")
+                     f"only {supply} such facts")
   out = {r: 0 for r in open_}
   left = count
   ideal: dict[str, float] = {}
@@ -108,9 +109,9 @@ def one_hop_questions(world: World, count: int, *, seed: int = 0, entities: Sequ
   if relation_mix is None:
     chosen = rng.sample(facts, count)
   else:
-    by_relation: dict[str, list[tuple[str, str]]] = {}
+    by_relation = collections.defaultdict(list)
     for fact in facts:
-      by_relation.setdefault(fact[1], []).append(fact)
+      by_relation[fact[1]].append(fact)
     counts = relation_counts(relation_mix, {r: len(f) for r, f in by_relation.items()}, count)
     chosen = [fact for r in sorted(counts) for fact in rng.sample(by_relation[r], counts[r])]
     rng.shuffle(chosen)
