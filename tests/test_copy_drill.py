@@ -144,6 +144,43 @@ def test_each_batch_draws_from_one_pool_in_proportion_to_its_size(tokenizer):
   assert 0.17 < np.mean(kinds) < 0.33  # 100 of 400 examples
 
 
+def test_reading_examples_are_drawn_by_the_whole_episode_stages_only(tokenizer):
+  """Episodes whose first turn is context cannot be cut after k turns like the others, so only `all` stages draw
+  them, in batches of their own. Marked here by an empty loss mask, a batch of them has loss exactly 0."""
+  import dataclasses
+  from agent_r1_jax.trainer.sft import Stage, run_sft
+  examples = copy_drill_examples(tokenizer, 40, seed=0)
+  marked = [dataclasses.replace(ex, action_mask=np.zeros_like(ex.action_mask))
+            for ex in copy_drill_examples(tokenizer, 40, seed=1)]
+  losses: dict[int, list[float]] = {}
+  graphdef, params = _tiny_model(tokenizer)
+  run_sft(graphdef, params, examples, reading_examples=marked, stages=[Stage(1, 12, 4), Stage(0, 24, 4)], lr=1e-3,
+          warmup_steps=0, weight_decay=0.0, prompt_length=64, response_length=64,
+          pad_id=int(tokenizer.pad_token_id), seed=0, length_multiple=16,
+          log_fn=lambda step, m: losses.setdefault(int(m["sft/turns"]), []).append(float(m["sft/loss"])))
+  assert len(losses[1]) == 12 and min(losses[1]) > 0
+  assert 4 <= sum(loss == 0.0 for loss in losses[0]) <= 20 and max(losses[0]) > 0  # about half of 24
+
+
+def test_adam_b2_reaches_the_optimizer_from_its_second_step(tokenizer):
+  """Adam's first update is sign(g) * lr whatever b2 is (bias-corrected v = g^2); from the second on, b2 matters."""
+  import jax
+  from agent_r1_jax.trainer.sft import COPY_DRILL, Stage, run_sft
+  drills = copy_drill_examples(tokenizer, 16, seed=0)
+
+  def params_after(steps, b2):
+    graphdef, params = _tiny_model(tokenizer)
+    return run_sft(graphdef, params, [object()], stages=[Stage(COPY_DRILL, steps, 4)], drill_examples=drills,
+                   lr=1e-2, warmup_steps=0, weight_decay=0.0, prompt_length=64, response_length=64,
+                   pad_id=int(tokenizer.pad_token_id), seed=0, length_multiple=16, adam_b2=b2).params
+
+  def max_diff(a, b):
+    return max(float(abs(x - y).max()) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+  assert max_diff(params_after(1, 0.5), params_after(1, 0.999)) < 1e-6
+  assert max_diff(params_after(2, 0.5), params_after(2, 0.999)) > 1e-4
+
+
 def test_warmup_schedule_is_planned_over_all_stages_and_skips_what_the_copy_phase_left_out():
   """lr(t) = peak * t / W during warm-up, then peak * (1 + cos(pi (t - W) / (N - W))) / 2 up to the N planned
   steps; after a copy phase that stopped S steps early, optimizer count t runs at lr(t + S)."""

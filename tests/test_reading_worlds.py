@@ -9,9 +9,9 @@ import pytest
 
 from agent_r1_jax.data.synthetic import WorldConfig, generate_world, prepare_synthetic_world
 from agent_r1_jax.data.synthetic.world import RELATION_PHRASES
-from agent_r1_jax.data.synthetic.reading import (fresh_world_configs, held_out_one_hop, naive_rag_examples,
-                                                 one_hop_questions, one_hop_trajectories, relation_counts,
-                                                 task_relation_mix)
+from agent_r1_jax.data.synthetic.reading import (fresh_world_configs, held_out_one_hop, multi_hop_reading,
+                                                 naive_rag_examples, one_hop_questions, one_hop_trajectories,
+                                                 relation_counts, task_relation_mix)
 
 CONFIG = WorldConfig.create(num_train=50, num_validation=10, num_test=10)
 ENV = dict(top_k=2, max_tool_response_length=600)
@@ -85,6 +85,28 @@ def test_the_expert_reads_the_answer_out_of_its_observation():
     assert f'"query": "{hop["query"]}"' in actions[0]
     assert t.grounded and hop["value"] in observations[0]
     assert re.search(r"<answer>(.*)</answer>", actions[1]).group(1) == hop["value"] == t.answer
+
+
+def test_multi_hop_reading_searches_every_hop_and_leaves_the_first_turn_untrained():
+  """Every hop is searched (no guesses), each value the expert writes was in the observation just before it, and
+  the first assistant turn (the decision to search) is context: [turn 1, obs 1, turn 2, obs 2, ...] is flagged
+  [False, False, True, False, True, ...]."""
+  trajectories = multi_hop_reading(CONFIG, worlds=2, per_world=20, env_options=ENV)
+  assert len(trajectories) == 40
+  for t in trajectories:
+    hops = t.question["hops"]
+    assert [is_action for _, is_action in t.segments] == [False] + [False, True] * len(hops)
+    turns = t.segments[0::2]
+    observations = [text for text, _ in t.segments[1::2]]
+    for hop, turn, observation in zip(hops, turns, observations):
+      assert f'"query": "{hop["query"]}"' in turn[0] and hop["value"] in observation
+    assert not t.guessed and t.grounded and t.answer == t.question["answers"][0]
+    assert re.search(r"<answer>(.*)</answer>", turns[-1][0]).group(1) == t.answer
+  kinds = {t.question["type"] for t in trajectories}
+  assert kinds <= {"bridge", "compositional", "comparison"} and len(kinds) >= 2  # the task's own hop mix
+  practice = {c.seed for c in fresh_world_configs(CONFIG, 2, num_questions=20, seed_offset=2000)}
+  assert not practice & ({c.seed for c in fresh_world_configs(CONFIG, 50)} | {CONFIG.seed})
+  assert multi_hop_reading(CONFIG, worlds=2, per_world=20, env_options=ENV) == trajectories  # deterministic
 
 
 def test_fresh_facts_contradict_the_task_world_so_they_cannot_be_memorised():

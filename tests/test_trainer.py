@@ -218,7 +218,7 @@ def test_every_shipped_config_is_valid(algorithm, preset):
 def _warmup_examples(workdir, **overrides) -> int:
   """How many examples a one-step warm-up of the micro config builds with `overrides`."""
   c = micro_config("grpo", **{"sft.enabled": True, "sft.stages": "all:1:2", "sft.reading_worlds": 0,
-                              "sft.rag_questions": 0, **overrides})
+                              "sft.rag_questions": 0, "sft.multi_hop_worlds": 0, **overrides})
   trainer = loop.RLTrainer(c, workdir)
   trainer.warmup(None)
   return trainer.meta["sft_examples"]
@@ -242,6 +242,27 @@ def test_warmup_adds_one_hop_episodes_from_fresh_worlds(tmp_path):
     config_lib.validate(c)
 
 
+def test_warmup_adds_multi_hop_reading_whose_first_turn_carries_no_loss(tmp_path):
+  """sft.multi_hop_worlds=2 with 10 questions each adds up to 20 episodes (minus any naming a held-out entity);
+  in each, the tokens of the first assistant turn are context (mask 0) and every later turn is trained."""
+  c = micro_config("grpo", **{"sft.enabled": True, "sft.stages": "all:1:2", "sft.reading_worlds": 0,
+                              "sft.rag_questions": 0, "sft.multi_hop_worlds": 2, "sft.multi_hop_questions": 10})
+  trainer = loop.RLTrainer(c, tmp_path)
+  _, _, reading = trainer._warmup_examples()
+  assert 15 <= len(reading) <= 20
+  tok = trainer.task.tokenizer
+  for ex in reading:
+    mask = ex.action_mask.tolist()
+    runs = np.flatnonzero(np.diff([0] + mask + [0]) == 1)  # where each trained turn starts
+    first_trained = tok.decode(ex.response_ids[runs[0]:].tolist())
+    assert mask[0] == 0 and "<tool_response>" in tok.decode(ex.response_ids[:runs[0]].tolist())
+    assert first_trained.startswith("<think>") and "<tool_call>" in tok.decode(ex.response_ids[:runs[0]].tolist())
+  for field in ("multi_hop_worlds", "multi_hop_questions"):
+    bad = micro_config("grpo", **{"sft.enabled": True, f"sft.{field}": -1})
+    with pytest.raises(ValueError, match=f"sft.{field}"):
+      config_lib.validate(bad)
+
+
 def test_warmup_adds_naive_rag_examples_from_the_same_fresh_worlds(tmp_path):
   """sft.rag_questions=10 in 2 fresh worlds adds up to 20 naive-RAG examples (those whose retrieved passages hold
   the answer); without fresh worlds it adds none."""
@@ -251,7 +272,7 @@ def test_warmup_adds_naive_rag_examples_from_the_same_fresh_worlds(tmp_path):
   assert counts[2, 0] == counts[0, 10]
   assert counts[2, 0] + 15 <= counts[2, 10] <= counts[2, 0] + 20
   for field, bad in (("rag_questions", -1), ("copy_target_loss", -0.5), ("copy_check_every", 0),
-                     ("reading_relations", "all")):
+                     ("reading_relations", "all"), ("adam_b2", 1.0)):
     c = micro_config("grpo", **{"sft.enabled": True, f"sft.{field}": bad})
     with pytest.raises(ValueError, match=f"sft.{field}"):
       config_lib.validate(c)
@@ -296,7 +317,7 @@ def test_copy_stage_trains_on_the_drill_not_on_trajectories(tmp_path):
   after = {}
   for stage in ("all", "copy"):
     c = micro_config("grpo", **{"sft.enabled": True, "sft.stages": f"{stage}:40:8", "sft.lr": 3e-3,
-                                "sft.warmup_steps": 2, "sft.reading_worlds": 0})
+                                "sft.warmup_steps": 2, "sft.reading_worlds": 0, "sft.multi_hop_worlds": 0})
     trainer = loop.RLTrainer(c, tmp_path / stage)
     held_out = copy_drill_examples(trainer.task.tokenizer, 16, seed=12345)
     batch = sft_lib.learner_batch(held_out, c.rollout.max_prompt_length, c.rollout.max_response_length,

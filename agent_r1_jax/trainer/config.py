@@ -190,6 +190,7 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.sft.lr = 1e-3
   c.sft.warmup_steps = 20
   c.sft.weight_decay = 0.0
+  c.sft.adam_b2 = 0.999                         # AdamW's second-moment decay
   c.sft.expert_error_rate = 0.0                 # the expert guesses instead of searching with this probability
   c.sft.expert_guess_at = "each_hop"            # ... at every hop, or only at the "start" (see synthetic/expert.py)
   c.sft.expert_verbose_rate = 0.0               # its final answer is a full sentence with this probability
@@ -207,6 +208,11 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # ... and as many naive-RAG examples per fresh world (passages in the user turn, one answering turn; see
   # data.rag): the format of evaluate's naive_rag baseline, which an instruct model reads untaught.
   c.sft.rag_questions = 0
+  # Multi-hop episodes in `sft.multi_hop_worlds` other fresh worlds, `sft.multi_hop_questions` per world, the
+  # expert searching every hop, the first turn as context (data.synthetic.reading.multi_hop_reading): practice
+  # of the read after the last observation that leaves the decision to search to the task world's episodes.
+  c.sft.multi_hop_worlds = 0
+  c.sft.multi_hop_questions = 800
 
   # ---- mesh --------------------------------------------------------------------------------------------
   c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
@@ -331,12 +337,14 @@ def validate(c: config_dict.ConfigDict) -> None:
                        f"got {c.sft.sibling_worlds!r}")
     if c.sft.reading_relations not in READING_RELATIONS:
       raise ValueError(f"sft.reading_relations must be one of {READING_RELATIONS}, got {c.sft.reading_relations!r}")
-    for name in ("reading_worlds", "reading_questions", "rag_questions"):
+    for name in ("reading_worlds", "reading_questions", "rag_questions", "multi_hop_worlds", "multi_hop_questions"):
       if not isinstance(c.sft[name], int) or c.sft[name] < 0:
         raise ValueError(f"sft.{name} must be an integer >= 0, got {c.sft[name]!r}")
     if not isinstance(c.sft.copy_target_loss, (int, float)) or c.sft.copy_target_loss < 0:
       raise ValueError(f"sft.copy_target_loss must be a number >= 0 (0: no early stop), got "
                        f"{c.sft.copy_target_loss!r}")
+    if not isinstance(c.sft.adam_b2, (int, float)) or not 0 < c.sft.adam_b2 < 1:
+      raise ValueError(f"sft.adam_b2 must be a number in (0, 1) (AdamW's second-moment decay), got {c.sft.adam_b2!r}")
     if not isinstance(c.sft.copy_check_every, int) or c.sft.copy_check_every < 1:
       raise ValueError(f"sft.copy_check_every must be an integer >= 1, got {c.sft.copy_check_every!r}")
   if c.rollout.max_context_length < c.rollout.max_prompt_length + 1:

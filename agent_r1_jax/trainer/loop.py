@@ -283,7 +283,7 @@ class RLTrainer:
                        "set --config.sft.enabled=False for real data")
     t0 = time.perf_counter()
     stages = sft_lib.parse_stages(c.sft.stages)
-    examples, rag_examples = self._warmup_examples()
+    examples, rag_examples, reading_examples = self._warmup_examples()
     drill, copy_stop = self._copy_drill(sum(s.steps * s.batch_size for s in stages if s.is_copy_drill))
     # Naive-RAG prompts carry passages and are longer than the tool loop's; like evaluate's naive_rag, they
     # may use the context window beyond rollout.max_prompt_length.
@@ -294,8 +294,8 @@ class RLTrainer:
                        f"--config.env.max_tool_response_length, or set --config.sft.rag_questions=0")
     result = sft_lib.run_sft(
         self.actor_graphdef, self.state["actor"], examples, stages=stages, drill_examples=drill,
-        copy_stop=copy_stop, single_turn_examples=rag_examples,
-        lr=c.sft.lr, warmup_steps=c.sft.warmup_steps, weight_decay=c.sft.weight_decay,
+        copy_stop=copy_stop, single_turn_examples=rag_examples, reading_examples=reading_examples,
+        lr=c.sft.lr, warmup_steps=c.sft.warmup_steps, weight_decay=c.sft.weight_decay, adam_b2=c.sft.adam_b2,
         prompt_length=prompt_length, response_length=c.rollout.max_response_length,
         pad_id=int(tok.pad_token_id), seed=c.seed, length_multiple=c.trainer.length_multiple or None, log_fn=log)
     params = result.params
@@ -303,20 +303,22 @@ class RLTrainer:
     self.state["actor_opt"] = self._on_mesh(self.learner.actor_tx.init(params))
     if "ref" in self.state:
       self.state["ref"] = _copy(params)
-    self.meta.update(sft_seconds=time.perf_counter() - t0, sft_examples=len(examples) + len(rag_examples),
-                     sft_rag_examples=len(rag_examples), sft_copy_steps=result.copy_steps,
-                     sft_drill_loss=result.drill_loss)
+    self.meta.update(sft_seconds=time.perf_counter() - t0,
+                     sft_examples=len(examples) + len(rag_examples) + len(reading_examples),
+                     sft_rag_examples=len(rag_examples), sft_multi_hop_reading_examples=len(reading_examples),
+                     sft_copy_steps=result.copy_steps, sft_drill_loss=result.drill_loss)
     if self.is_chief and copy_stop is not None:
       print(f"copy drill: {result.copy_steps} steps, held-out drill loss {result.drill_loss:.3f} "
             f"(target {c.sft.copy_target_loss})", flush=True)
 
-  def _warmup_examples(self) -> tuple[list, list]:
-    """(tool-loop SFT examples, naive-RAG SFT examples): the expert in the task world and its siblings (no
-    question naming a held-out entity), its one-hop episodes in fresh worlds, and their naive-RAG form."""
+  def _warmup_examples(self) -> tuple[list, list, list]:
+    """(tool-loop SFT examples, naive-RAG SFT examples, multi-hop reading examples): the expert in the task
+    world and its siblings (no question naming a held-out entity), its one-hop episodes in fresh worlds, their
+    naive-RAG form, and its multi-hop episodes in other fresh worlds with the first turn as context."""
     from agent_r1_jax.data.synthetic import (  # pylint: disable=import-outside-toplevel
         expert_trajectories, held_out_entities, sft_examples, sibling_worlds)
     from agent_r1_jax.data.synthetic.reading import (  # pylint: disable=import-outside-toplevel
-        naive_rag_examples, one_hop_trajectories, task_relation_mix)
+        multi_hop_reading, naive_rag_examples, one_hop_trajectories, task_relation_mix)
     c, files, tok = self.c, self.task.synthetic_files, self.task.tokenizer
     worlds = [(files, self.task.env)] + [(sibling, task_lib.synthetic_env(c, sibling))
                                          for sibling in sibling_worlds(files, c.sft.sibling_worlds)]
@@ -337,7 +339,13 @@ class RLTrainer:
     if c.sft.reading_worlds and c.sft.rag_questions:
       rag_examples = naive_rag_examples(tok, files.config, worlds=c.sft.reading_worlds, seed=c.seed,
                                         per_world=c.sft.rag_questions, env_options=env_options, relation_mix=mix)
-    return examples, rag_examples
+    reading = []
+    if c.sft.multi_hop_worlds and c.sft.multi_hop_questions:
+      reading = multi_hop_reading(files.config, worlds=c.sft.multi_hop_worlds, per_world=c.sft.multi_hop_questions,
+                                  seed=c.seed, env_options=env_options)
+      reading = [t for t in reading if not held_out & set(t.question["question_entities"])]
+    reading_examples = sft_examples(tok, reading, self.task.prompt_tool_schemas, instruction=self.task.instruction)
+    return examples, rag_examples, reading_examples
 
   def _copy_drill(self, count: int) -> tuple[list, sft_lib.CopyStop | None]:
     """`count` copy-drill examples and, with `sft.copy_target_loss`, the early stop on 128 held-out drills."""

@@ -200,16 +200,19 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
             lr: float, warmup_steps: int, weight_decay: float, prompt_length: int, response_length: int,
             pad_id: int, seed: int, length_multiple: int | None = 64, log_fn=None,
             drill_examples: Sequence[Any] = (), copy_stop: CopyStop | None = None,
-            single_turn_examples: Sequence[Any] = ()) -> WarmupResult:
+            single_turn_examples: Sequence[Any] = (), reading_examples: Sequence[Any] = (),
+            adam_b2: float = 0.999) -> WarmupResult:
   """Runs the warm-up `stages` (copy phase, then trajectory phase; see the module docstring).
 
   Copy-drill stages draw shuffled epochs of `drill_examples` (`data.synthetic.copy_drill`), the others of
   `examples` cut to the stage's turns; whole-trajectory (`all`) stages also draw `single_turn_examples`
-  (naive-RAG prompts answered in one turn: no tool loop whose first turns an earlier stage could teach), in
-  batches of their own. Each batch is padded only to its own length bucket (`length_multiple`;
-  None pads to the full P and R). `log_fn(step, metrics)` receives the global step (0-based) and the stage's
-  `sft/turns` (-1 for the copy drill), plus `sft/drill_loss` at each `copy_stop` check and, in the trajectory
-  phase, `sft/total_steps` (the warm-up's length once the copy phase has ended).
+  (naive-RAG prompts answered in one turn: no tool loop whose first turns an earlier stage could teach) and
+  `reading_examples` (episodes whose first turn is context, action mask 0: `first_turns` cannot cut them like
+  the others), each in batches of their own. Each batch is padded only to its own length bucket
+  (`length_multiple`; None pads to the full P and R). AdamW uses `adam_b2` as its second-moment decay.
+  `log_fn(step, metrics)` receives the global step (0-based) and the stage's `sft/turns` (-1 for the copy
+  drill), plus `sft/drill_loss` at each `copy_stop` check and, in the trajectory phase, `sft/total_steps` (the
+  warm-up's length once the copy phase has ended).
   """
   if not examples:
     raise ValueError("supervised warm-up has no examples (the expert produced no grounded trajectory)")
@@ -235,7 +238,7 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
   schedule = learner_lib.lr_schedule(lr, warmup_steps, total_steps=planned_copy + total, schedule="cosine")
 
   def adamw(lr_at):  # one AdamW state moves between the two phases' transforms
-    return learner_lib.clipped_adamw(lr_at, weight_decay=weight_decay, grad_clip=1.0)
+    return learner_lib.clipped_adamw(lr_at, weight_decay=weight_decay, grad_clip=1.0, b2=adam_b2)
 
   opt_state = adamw(schedule).init(params)
   if planned_copy:
@@ -259,7 +262,9 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
   if total:
     trainer = SupervisedTrainer(graphdef, adamw(skipping(schedule, planned_copy - copy_steps)))
     for stage in trajectory_stages:
-      pools = [[first_turns(ex, stage.turns) for ex in examples], single_turn_examples if stage.turns == 0 else ()]
+      whole = stage.turns == 0
+      pools = [[first_turns(ex, stage.turns) for ex in examples], single_turn_examples if whole else (),
+               reading_examples if whole else ()]
       batches = _Batches(pools, stage.batch_size, rng, layout)
       for _ in range(stage.steps):
         params, opt_state, metrics = trainer.step(params, opt_state, batches.next())

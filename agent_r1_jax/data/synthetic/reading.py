@@ -42,12 +42,14 @@ DATA_SOURCE = "synthetic_one_hop"  # the rows' data_source (scored like the mult
 _ASKABLE = tuple(RELATION_PHRASES)
 
 
-def fresh_world_configs(config: WorldConfig, count: int) -> list[WorldConfig]:
-  """`count` configs of `config`'s size and mix whose seeds differ from it and from each other."""
+def fresh_world_configs(config: WorldConfig, count: int, *, num_questions: int = 0,
+                        seed_offset: int = 1000) -> list[WorldConfig]:
+  """`count` configs of `config`'s size and mix whose seeds (`config.seed + seed_offset + k`) differ from it and
+  from each other, each with `num_questions` training questions of `config`'s hop mix."""
   if not isinstance(count, int) or count < 0:
     raise ValueError(f"the number of fresh worlds must be an integer >= 0, got {count!r}")
-  return [dataclasses.replace(config, seed=config.seed + 1000 + k, fact_seed=None, num_train=0, num_validation=0,
-                              num_test=0) for k in range(1, count + 1)]
+  return [dataclasses.replace(config, seed=config.seed + seed_offset + k, fact_seed=None, num_train=num_questions,
+                              num_validation=0, num_test=0) for k in range(1, count + 1)]
 
 
 def task_relation_mix(questions: Sequence[Mapping]) -> dict[str, int]:
@@ -156,6 +158,34 @@ def one_hop_trajectories(config: WorldConfig, *, worlds: int, per_world: int, en
     world = generate_world(world_config)
     expert = expert_lib.ScriptedExpert(search_env_over(world, **env_options), {}, seed=seed)
     out.extend(expert.run(one_hop_questions(world, per_world, seed=seed, relation_mix=relation_mix)))
+  return out
+
+
+def multi_hop_reading(config: WorldConfig, *, worlds: int, per_world: int, env_options: dict,
+                      seed: int = 0) -> list[expert_lib.Trajectory]:
+  """Reading practice after a second observation: the task's own multi-hop questions in `worlds` fresh worlds.
+
+  Each fresh world asks `per_world` questions of `config`'s hop mix (the task's templates, so its relation
+  mix); the expert searches every hop (no guesses). The first assistant turn of each episode is returned as
+  context (`is_action` False), so the practice trains every read, up to the final one after the last
+  observation, and never the decision whether to search, which stays the task world's:
+
+      user:       Question: Who founded the company that Kira Voss works for?
+      context:    <think>I need the employer of Kira Voss.</think> <tool_call>...</tool_call>   (no loss)
+      tool:       Doc 1 ... Kira Voss ... is employed by Brinmoor Labs. ...
+      assistant:  <think>The employer of Kira Voss is Brinmoor Labs. Now I need the founder of ...</think> ...
+      tool:       Doc 1 ... Brinmoor Labs is a company founded by Ilsa Crane in 1950. ...
+      assistant:  <think>The founder of Brinmoor Labs is Ilsa Crane.</think> <answer>Ilsa Crane</answer>
+
+  The worlds' seeds differ from the one-hop practice worlds' (`seed_offset` 2000).
+  """
+  out: list[expert_lib.Trajectory] = []
+  for world_config in fresh_world_configs(config, worlds, num_questions=per_world, seed_offset=2000):
+    world = generate_world(world_config)
+    expert = expert_lib.ScriptedExpert(search_env_over(world, **env_options), {}, seed=seed)
+    for trajectory in expert.run(world.splits["train"]):
+      (first, _), *rest = trajectory.segments
+      out.append(dataclasses.replace(trajectory, segments=[(first, False), *rest]))
   return out
 
 
