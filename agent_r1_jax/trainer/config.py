@@ -233,16 +233,19 @@ def _apply_tiny(c: config_dict.ConfigDict) -> None:
   top-2 passages per search. The world has twice the default entities so 1,600 training questions exist.
 
   The model starts from random weights, so warm-up first gives it what pretraining gives a real LM: the copy
-  drill (`data.synthetic.copy_drill`: repeat a list of fresh random names, 300 steps) and one-hop reading
-  episodes in two fresh worlds (`data.synthetic.reading`: other names, other facts, so the answer has to be
-  copied out of the observation), 300 per world also in the naive-RAG format (passages in the user turn).
-  Then it imitates the scripted expert in stages of growing length (first turns; two-turn prefixes; whole
-  episodes). The expert is the paper's starting point in miniature: on 60% of the two-hop questions it
-  answers from "memory" without searching (`sft.expert_guess_at="start"`), like an instruct model that
-  under-uses its tools, so the warmed-up policy guesses and RL has to discover that searching pays. Rollouts
-  sample at temperature 0.7 (the learner scores them at the same temperature). Batches are padded to
-  multiples of 16 tokens (`trainer.length_multiple`): the prompts are ~30 tokens. Measured figures are in the
-  README.
+  drill (`data.synthetic.copy_drill`: repeat a list of fresh random names, 600 steps of 32; AdamW's b2 = 0.95,
+  with which the drill's loss falls several times faster than with 0.999) and one-hop reading episodes in two
+  fresh worlds (`data.synthetic.reading`: other names, other facts, so the answer has to be copied out of the
+  observation; 800 per world, the relations asked in the task's proportions), 300 per world also in the
+  naive-RAG format (passages in the user turn). Then it imitates the scripted expert in stages of growing
+  length (first turns; two-turn prefixes; whole episodes), the whole episodes joined by 1,600 two-hop episodes
+  in each of two more fresh worlds whose first turn carries no loss (`reading.multi_hop_reading`: practice of
+  the read after the second observation that leaves the decision to search alone). The expert is the paper's
+  starting point in miniature: on 60% of the two-hop questions it answers from "memory" without searching
+  (`sft.expert_guess_at="start"`), like an instruct model that under-uses its tools, so the warmed-up policy
+  guesses and RL has to discover that searching pays. Rollouts sample at temperature 0.7 (the learner scores
+  them at the same temperature). Batches are padded to multiples of 16 tokens (`trainer.length_multiple`): the
+  prompts are ~30 tokens. Measured figures are in the README.
   """
   c.model.hidden_size = 128
   c.model.intermediate_size = 384
@@ -277,11 +280,15 @@ def _apply_tiny(c: config_dict.ConfigDict) -> None:
   c.trainer.eval_batch_size = 64
   c.trainer.eval_num_examples = 64
   c.sft.enabled = True
-  c.sft.stages = "copy:300:64,1:200:32,2:150:32,all:550:16"
+  c.sft.stages = "copy:600:32,1:200:32,2:150:32,all:550:16"
   c.sft.reading_worlds = 2
-  c.sft.reading_questions = 1600
+  c.sft.reading_questions = 800
+  c.sft.reading_relations = "task"
   c.sft.rag_questions = 300
+  c.sft.multi_hop_worlds = 2
+  c.sft.multi_hop_questions = 1600
   c.sft.lr = 3e-3
+  c.sft.adam_b2 = 0.95
   c.sft.expert_error_rate = 0.6
   c.sft.expert_guess_at = "start"
   c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=1, tensor=1))
