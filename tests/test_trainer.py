@@ -253,10 +253,12 @@ def test_warmup_adds_multi_hop_reading_whose_first_turn_carries_no_loss(tmp_path
   tok = trainer.task.tokenizer
   for ex in reading:
     mask = ex.action_mask.tolist()
-    runs = np.flatnonzero(np.diff([0] + mask + [0]) == 1)  # where each trained turn starts
-    first_trained = tok.decode(ex.response_ids[runs[0]:].tolist())
-    assert mask[0] == 0 and "<tool_response>" in tok.decode(ex.response_ids[:runs[0]].tolist())
-    assert first_trained.startswith("<think>") and "<tool_call>" in tok.decode(ex.response_ids[:runs[0]].tolist())
+    starts = np.flatnonzero(np.diff([0] + mask + [0]) == 1)  # where each trained turn starts
+    context = tok.decode(ex.response_ids[:starts[0]].tolist())
+    assert mask[0] == 0 and "<tool_call>" in context and context.count("<tool_response>") == 1
+    assert tok.decode(ex.response_ids[starts[0]:].tolist()).startswith("<think>")
+    # one trained turn after each observation: the first turn is the only assistant text left out
+    assert len(starts) == tok.decode(ex.response_ids.tolist()).count("<tool_response>")
   for field in ("multi_hop_worlds", "multi_hop_questions"):
     bad = micro_config("grpo", **{"sft.enabled": True, f"sft.{field}": -1})
     with pytest.raises(ValueError, match=f"sft.{field}"):
