@@ -323,6 +323,11 @@ class RLTrainer:
     worlds = [(files, self.task.env)] + [(sibling, task_lib.synthetic_env(c, sibling))
                                          for sibling in sibling_worlds(files, c.sft.sibling_worlds)]
     held_out = held_out_entities(files)
+
+    def tokenized(trajectories):  # dropping any whose question names an entity of a held-out question
+      unseen = [t for t in trajectories if not held_out & set(t.question["question_entities"])]
+      return sft_examples(tok, unseen, self.task.prompt_tool_schemas, instruction=self.task.instruction)
+
     trajs = [t for world, env in worlds
              for t in expert_trajectories(world, "train", error_rate=c.sft.expert_error_rate,
                                           guess_at=c.sft.expert_guess_at, verbose_rate=c.sft.expert_verbose_rate,
@@ -333,8 +338,7 @@ class RLTrainer:
     if c.sft.reading_worlds and c.sft.reading_questions:
       trajs += one_hop_trajectories(files.config, worlds=c.sft.reading_worlds, seed=c.seed,
                                     per_world=c.sft.reading_questions, env_options=env_options, relation_mix=mix)
-    trajs = [t for t in trajs if not held_out & set(t.question["question_entities"])]
-    examples = sft_examples(tok, trajs, self.task.prompt_tool_schemas, instruction=self.task.instruction)
+    examples = tokenized(trajs)
     rag_examples = []
     if c.sft.reading_worlds and c.sft.rag_questions:
       rag_examples = naive_rag_examples(tok, files.config, worlds=c.sft.reading_worlds, seed=c.seed,
@@ -343,9 +347,7 @@ class RLTrainer:
     if c.sft.multi_hop_worlds and c.sft.multi_hop_questions:
       reading = multi_hop_reading(files.config, worlds=c.sft.multi_hop_worlds, per_world=c.sft.multi_hop_questions,
                                   seed=c.seed, env_options=env_options)
-      reading = [t for t in reading if not held_out & set(t.question["question_entities"])]
-    reading_examples = sft_examples(tok, reading, self.task.prompt_tool_schemas, instruction=self.task.instruction)
-    return examples, rag_examples, reading_examples
+    return examples, rag_examples, tokenized(reading)
 
   def _copy_drill(self, count: int) -> tuple[list, sft_lib.CopyStop | None]:
     """`count` copy-drill examples and, with `sft.copy_target_loss`, the early stop on 128 held-out drills."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import random
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from agent_r1_jax.data import rag
 from agent_r1_jax.data.sft import SFTExample, tokenize_trajectory
@@ -145,6 +145,15 @@ def search_env_over(world: World, *, top_k: int, max_tool_response_length: int, 
                      parallel_tool_calls=parallel_tool_calls)
 
 
+def _fresh_experts(configs: Sequence[WorldConfig], env_options: dict, seed: int
+                   ) -> Iterator[tuple[World, Any, expert_lib.ScriptedExpert]]:
+  """(world, its search env, the expert answering through that env) for each world config, generated in turn."""
+  for world_config in configs:
+    world = generate_world(world_config)
+    env = search_env_over(world, **env_options)
+    yield world, env, expert_lib.ScriptedExpert(env, {}, seed=seed)
+
+
 def one_hop_trajectories(config: WorldConfig, *, worlds: int, per_world: int, env_options: dict,
                          seed: int = 0, relation_mix: Mapping[str, float] | None = None
                          ) -> list[expert_lib.Trajectory]:
@@ -154,9 +163,7 @@ def one_hop_trajectories(config: WorldConfig, *, worlds: int, per_world: int, en
   weighs the relations asked about (`one_hop_questions`).
   """
   out: list[expert_lib.Trajectory] = []
-  for world_config in fresh_world_configs(config, worlds):
-    world = generate_world(world_config)
-    expert = expert_lib.ScriptedExpert(search_env_over(world, **env_options), {}, seed=seed)
+  for world, _, expert in _fresh_experts(fresh_world_configs(config, worlds), env_options, seed):
     out.extend(expert.run(one_hop_questions(world, per_world, seed=seed, relation_mix=relation_mix)))
   return out
 
@@ -180,9 +187,8 @@ def multi_hop_reading(config: WorldConfig, *, worlds: int, per_world: int, env_o
   The worlds' seeds differ from the one-hop practice worlds' (`seed_offset` 2000).
   """
   out: list[expert_lib.Trajectory] = []
-  for world_config in fresh_world_configs(config, worlds, num_questions=per_world, seed_offset=2000):
-    world = generate_world(world_config)
-    expert = expert_lib.ScriptedExpert(search_env_over(world, **env_options), {}, seed=seed)
+  configs = fresh_world_configs(config, worlds, num_questions=per_world, seed_offset=2000)
+  for world, _, expert in _fresh_experts(configs, env_options, seed):
     for trajectory in expert.run(world.splits["train"]):
       (first, _), *rest = trajectory.segments
       out.append(dataclasses.replace(trajectory, segments=[(first, False), *rest]))
@@ -200,10 +206,7 @@ def naive_rag_examples(tokenizer: Any, config: WorldConfig, *, worlds: int, per_
   weighs the relations asked about (`one_hop_questions`).
   """
   out: list[SFTExample] = []
-  for world_config in fresh_world_configs(config, worlds):
-    world = generate_world(world_config)
-    env = search_env_over(world, **env_options)
-    expert = expert_lib.ScriptedExpert(env, {}, seed=seed)
+  for world, env, expert in _fresh_experts(fresh_world_configs(config, worlds), env_options, seed):
     # seed + 1: not the agent episodes' sample
     questions = one_hop_questions(world, per_world, seed=seed + 1, relation_mix=relation_mix)
     for question, passages in zip(questions, rag.retrieve_passages(env, [q["question"] for q in questions])):
