@@ -13,10 +13,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from agent_r1_jax.models.attention import attend
 from agent_r1_jax.models.config import Qwen2Config
 from agent_r1_jax.models.sharding import constrain
-
-_NEG_INF = -1e30  # finite, so a query with no visible key (a pad) gives uniform weights, not NaN
 
 
 def param(rngs: nnx.Rngs | None, shape: tuple[int, ...], names: tuple[str, ...], dtype,
@@ -38,13 +37,16 @@ class AttentionContext:
 
   Attributes:
     cos, sin: [B, T, hd] float32 RoPE tables at each token's position.
-    bias: [B, 1, 1, T, S] float32 additive mask (0 visible, -1e30 hidden), S = key slots.
+    query_slots: [B, T] int32 key slot of each new token (its cache slot, or its index without a cache);
+      it sees key slot s iff `key_valid[b, s] and s <= query_slots[b, t]` (see `models.attention`).
+    key_valid: [B, S] bool, key slot holds a real token (S = cache slots, or T without a cache).
     write_slots: [B, T] int32 cache slots for the new tokens (None without a cache).
   """
 
   cos: jax.Array
   sin: jax.Array
-  bias: jax.Array
+  query_slots: jax.Array
+  key_valid: jax.Array
   write_slots: jax.Array | None = None
 
 
@@ -107,14 +109,17 @@ class Attention(nnx.Module):
   """Grouped-query self-attention with q/k/v biases, no output bias, optional KV cache.
 
   With H query heads and K key/value heads, query head h reads key/value head h // (H/K).
-  scores = q k^T / sqrt(hd) + bias (float32), weights = softmax over key slots.
+  scores = q k^T / sqrt(hd) + mask (float32), weights = softmax over key slots; in blocks of
+  `attention_chunk_size` queries and keys when a call is longer (`models.attention.attend`).
   """
 
-  def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype, compute_dtype):
+  def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype, compute_dtype,
+               attention_chunk_size: int = 0):
     d, h, k, hd = (config.hidden_size, config.num_attention_heads, config.num_key_value_heads,
                    config.head_dim)
     self.num_heads, self.num_kv_heads, self.head_dim = h, k, hd
     self.compute_dtype = compute_dtype
+    self.attention_chunk_size = attention_chunk_size
     self.q_kernel = param(rngs, (d, h, hd), ("embed", "heads", "head_dim"), param_dtype)
     self.q_bias = param(rngs, (h, hd), ("heads", "head_dim"), param_dtype, init="zeros")
     self.k_kernel = param(rngs, (d, k, hd), ("embed", "kv_heads", "head_dim"), param_dtype)
@@ -127,24 +132,6 @@ class Attention(nnx.Module):
     cd = self.compute_dtype
     return (jnp.einsum("btd,dnh->btnh", x, kernel[...].astype(cd))
             + bias[...].astype(cd))
-
-  def _attend(self, q: jax.Array, keys: jax.Array, values: jax.Array, bias: jax.Array,
-              axes: str) -> jax.Array:
-    """softmax(q k^T / sqrt(hd) + bias) v per (row, kv head k, query group g).
-
-    Args:
-      q, keys, values: arrays with the einsum axes `axes` = "q_axes,k_axes,v_axes": q's a permutation
-        of b, t, k, g, h (h = head_dim), the others of b, s, k, h (s = key slots).
-      bias: `[B, 1, 1, T, S]` additive mask.
-
-    Returns:
-      The weighted values with q's axes.
-    """
-    q_axes, k_axes, v_axes = axes.split(",")
-    scores = jnp.einsum(f"{q_axes},{k_axes}->bkgts", q, keys, preferred_element_type=jnp.float32)
-    scores = scores * (self.head_dim ** -0.5) + bias
-    weights = jax.nn.softmax(scores, axis=-1).astype(self.compute_dtype)
-    return jnp.einsum(f"bkgts,{v_axes}->{q_axes}", weights, values)
 
   def __call__(self, x: jax.Array, ctx: AttentionContext,
                cache_kv: tuple[jax.Array, jax.Array] | None = None
@@ -166,12 +153,13 @@ class Attention(nnx.Module):
     # transpose of the kernel or the activations.
     q = q.transpose(0, 2, 3, 1, 4)
     if cache_kv is None:
-      out = self._attend(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), ctx.bias, "bkgth,bksh,bksh")
+      keys, values, keys_major = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), False
     else:
       cache_kv = (write_keys(cache_kv[0], k, ctx.write_slots),
                   write_values(cache_kv[1], v, ctx.write_slots))
-      keys, values = (a.astype(self.compute_dtype) for a in cache_kv)
-      out = self._attend(q, keys, values, ctx.bias, "bkgth,bkhs,bksh")
+      (keys, values), keys_major = (a.astype(self.compute_dtype) for a in cache_kv), True
+    out = attend(q, keys, values, ctx.query_slots, ctx.key_valid, keys_major=keys_major,
+                 chunk=self.attention_chunk_size)
     out = out.transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * self.head_dim)
     return out @ o_kernel.reshape(-1, o_kernel.shape[-1]), cache_kv
 
@@ -197,10 +185,11 @@ class MLP(nnx.Module):
 class DecoderBlock(nnx.Module):
   """Pre-norm residual block: x += attn(norm(x)); x += mlp(norm(x))."""
 
-  def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype, compute_dtype):
+  def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype, compute_dtype,
+               attention_chunk_size: int = 0):
     kw = dict(param_dtype=param_dtype, compute_dtype=compute_dtype)
     self.input_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
-    self.attn = Attention(config, rngs=rngs, **kw)
+    self.attn = Attention(config, rngs=rngs, attention_chunk_size=attention_chunk_size, **kw)
     self.post_attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
     self.mlp = MLP(config, rngs=rngs, **kw)
 

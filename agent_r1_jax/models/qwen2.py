@@ -19,13 +19,12 @@ from flax import nnx
 
 from agent_r1_jax.models.config import Qwen2Config
 from agent_r1_jax.models.kv_cache import KEY_AXES, VALUE_AXES, KVCache
-from agent_r1_jax.models.layers import (_NEG_INF, AttentionContext, DecoderBlock, RMSNorm, param,
-                                        rope_tables, write_slots)
+from agent_r1_jax.models.layers import AttentionContext, DecoderBlock, RMSNorm, param, rope_tables, write_slots
 from agent_r1_jax.models.sharding import constrain
 
 
 def _context(config: Qwen2Config, mask: jax.Array, cache: KVCache | None):
-  """RoPE tables, attention bias and cache bookkeeping for new tokens with 0/1 `mask` `[B, T]`.
+  """RoPE tables, attention visibility and cache bookkeeping for new tokens with 0/1 `mask` `[B, T]`.
 
   Returns (ctx, new_cache_meta) where new_cache_meta = (valid, lengths, cursor) or None.
   """
@@ -36,37 +35,38 @@ def _context(config: Qwen2Config, mask: jax.Array, cache: KVCache | None):
     positions = before
     slots = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     key_valid = mask.astype(bool)
-    key_slots = jnp.arange(t, dtype=jnp.int32)
     meta = None
   else:
     positions = cache.lengths[:, None] + before
     slots = cache.cursor[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
     key_valid = write_slots(cache.valid, mask.astype(bool), slots)
-    key_slots = jnp.arange(cache.max_length, dtype=jnp.int32)
     # The cursor moves past the last real token, so trailing (right) padding leaves its slots free
     # while leading (left) padding of a prompt keeps its slots, as invalid.
     extent = jnp.max(jnp.where(mask > 0, jnp.arange(1, t + 1, dtype=jnp.int32), 0), axis=1)
     meta = (key_valid, cache.lengths + mask.sum(axis=1), cache.cursor + extent)
-  visible = key_valid[:, None, :] & (key_slots[None, None, :] <= slots[:, :, None])
-  bias = jnp.where(visible, 0.0, _NEG_INF).astype(jnp.float32)[:, None, None, :, :]
   cos, sin = rope_tables(positions, config.head_dim, config.rope_theta)
-  ctx = AttentionContext(cos=cos, sin=sin, bias=bias,
+  ctx = AttentionContext(cos=cos, sin=sin, query_slots=slots, key_valid=key_valid,
                          write_slots=None if cache is None else slots)
   return ctx, meta
 
 
 class Qwen2Model(nnx.Module):
-  """Embedding -> L decoder blocks -> final RMSNorm; returns hidden states `[B, T, D]`."""
+  """Embedding -> L decoder blocks -> final RMSNorm; returns hidden states `[B, T, D]`.
+
+  Runtime options (not architecture): `compute_dtype` of activations, `remat` (each block's activations
+  recomputed in the backward pass), `attention_chunk_size` (attention of longer calls in blocks of this many
+  queries and keys, so no `[B, H, T, S]` scores exist; 0: always dense; see `models.attention`).
+  """
 
   def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype=jnp.float32,
-               compute_dtype=jnp.float32, remat: bool = False):
+               compute_dtype=jnp.float32, remat: bool = False, attention_chunk_size: int = 0):
     self.config = config
     self.compute_dtype = compute_dtype
     self.remat = remat
     kw = dict(param_dtype=param_dtype, compute_dtype=compute_dtype)
     self.embed = param(rngs, (config.vocab_size, config.hidden_size), ("vocab", "embed"),
                        param_dtype)
-    self.layers = nnx.List([DecoderBlock(config, rngs=rngs, **kw)
+    self.layers = nnx.List([DecoderBlock(config, rngs=rngs, attention_chunk_size=attention_chunk_size, **kw)
                             for _ in range(config.num_hidden_layers)])
     self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
 
@@ -88,7 +88,7 @@ class Qwen2Model(nnx.Module):
         keys.append(constrain(k, KEY_AXES))
         values.append(constrain(v, VALUE_AXES))
       elif self.remat:
-        x, _ = nnx.remat(lambda blk, h, c: blk(h, c))(block, x, ctx)
+        x = _rematerialised(block, x, ctx)
       else:
         x, _ = block(x, ctx)
     x = self.norm(x)
@@ -96,6 +96,42 @@ class Qwen2Model(nnx.Module):
       return x, None
     valid, lengths, cursor = meta
     return x, KVCache(k=tuple(keys), v=tuple(values), valid=valid, lengths=lengths, cursor=cursor)
+
+
+def _rematerialised(block: DecoderBlock, x: jax.Array, ctx: AttentionContext) -> jax.Array:
+  """`block(x, ctx)` whose activations the backward pass recomputes instead of saving (only `x` is kept).
+
+  A pure function of the block's state under `jax.checkpoint` (not `nnx.remat`): the block's parameters may
+  be tracers of an enclosing transform (a `lax.map` over micro-batches), which nnx refuses to update inside
+  its own transforms.
+  """
+  graphdef, state = nnx.split(block)
+  run = lambda s, h, c: nnx.merge(graphdef, s)(h, c)[0]
+  return _recompute_in_backward(run)(state, x, ctx)
+
+
+def _recompute_in_backward(f):
+  """`f` differentiated by recomputing it in the backward pass, no earlier.
+
+  Like `jax.checkpoint` (only the inputs are saved), but the recomputation's inputs pass through an
+  `optimization_barrier` together with the incoming cotangent, so XLA cannot schedule it before the backward
+  pass reaches this call; XLA:CPU otherwise hoists every layer's recomputation next to its forward and holds
+  all of them, which saves no memory.
+  """
+  @jax.custom_vjp
+  def g(*args):
+    return f(*args)
+
+  def forward(*args):
+    return f(*args), args
+
+  def backward(args, cotangent):
+    args, cotangent = jax.lax.optimization_barrier((args, cotangent))
+    _, vjp = jax.vjp(f, *args)
+    return vjp(cotangent)
+
+  g.defvjp(forward, backward)
+  return g
 
 
 class Qwen2ForCausalLM(nnx.Module):
@@ -106,11 +142,11 @@ class Qwen2ForCausalLM(nnx.Module):
   """
 
   def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype=jnp.float32,
-               compute_dtype=jnp.float32, remat: bool = False):
+               compute_dtype=jnp.float32, remat: bool = False, attention_chunk_size: int = 0):
     self.config = config
     self.compute_dtype = compute_dtype
-    self.model = Qwen2Model(config, rngs=rngs, param_dtype=param_dtype,
-                            compute_dtype=compute_dtype, remat=remat)
+    self.model = Qwen2Model(config, rngs=rngs, param_dtype=param_dtype, compute_dtype=compute_dtype,
+                            remat=remat, attention_chunk_size=attention_chunk_size)
     if not config.tie_word_embeddings:
       self.lm_head = param(rngs, (config.hidden_size, config.vocab_size), ("embed", "vocab"),
                            param_dtype)
@@ -157,13 +193,14 @@ class Qwen2ValueModel(nnx.Module):
   """
 
   def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype=jnp.float32,
-               compute_dtype=jnp.float32, remat: bool = False, value_head_std: float = 0.02):
+               compute_dtype=jnp.float32, remat: bool = False, attention_chunk_size: int = 0,
+               value_head_std: float = 0.02):
     self.config = config
     # The head draws the first key of the stream, so a loader can re-create it without a backbone.
     self.value_kernel = value_head_kernel(rngs, config, param_dtype, value_head_std)
     self.value_bias = value_head_bias(param_dtype)
-    self.model = Qwen2Model(config, rngs=rngs, param_dtype=param_dtype,
-                            compute_dtype=compute_dtype, remat=remat)
+    self.model = Qwen2Model(config, rngs=rngs, param_dtype=param_dtype, compute_dtype=compute_dtype,
+                            remat=remat, attention_chunk_size=attention_chunk_size)
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None) -> jax.Array:
     hidden, _ = self.model(input_ids, attention_mask)
@@ -183,12 +220,33 @@ def value_head_bias(param_dtype) -> nnx.Param:
   return param(None, (), (), param_dtype, init="zeros")
 
 
+def merge_for_compute(graphdef: nnx.GraphDef, params: nnx.State) -> nnx.Module:
+  """`nnx.merge(graphdef, params)` with the backbone's weights (and an untied LM head) cast to the compute
+  dtype first.
+
+  Every layer casts its weights to the compute dtype at use, so the values are the same; what changes is
+  where the cast happens: on each device's shard, before XLA all-gathers FSDP-sharded weights for a matmul,
+  so the gathered copies (and the gather's traffic) are compute-dtype, not float32. The value head stays in
+  its parameter dtype (it is applied in float32).
+  """
+  model = nnx.merge(graphdef, params)
+  dtype = model.model.compute_dtype
+  floating = [x for x in jax.tree.leaves(params) if jnp.issubdtype(x.dtype, jnp.floating)]
+  if all(x.dtype == dtype for x in floating):
+    return model
+  cast = jax.tree.map(lambda x: x, params)
+  for key in ("model", "lm_head"):
+    if key in cast:
+      cast[key] = jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, cast[key])
+  return nnx.merge(graphdef, cast)
+
+
 def abstract_model(config: Qwen2Config, *, head: str = "lm", param_dtype=jnp.float32,
-                   compute_dtype=jnp.float32, remat: bool = False) -> nnx.Module:
+                   compute_dtype=jnp.float32, remat: bool = False, attention_chunk_size: int = 0) -> nnx.Module:
   """The model with `jax.ShapeDtypeStruct` leaves (no memory), for shapes, counts and memory plans."""
   cls = _head_class(head)
-  return nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0), param_dtype=param_dtype,
-                                    compute_dtype=compute_dtype, remat=remat))
+  return nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0), param_dtype=param_dtype, compute_dtype=compute_dtype,
+                                    remat=remat, attention_chunk_size=attention_chunk_size))
 
 
 def count_params(model_or_state) -> int:
