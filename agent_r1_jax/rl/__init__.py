@@ -7,7 +7,7 @@ Modules (one job each):
   masked       masked sums, means, variance and whitening.
   aggregation  loss aggregation modes as (sum, denominator) `Aggregate`s for micro-batching.
   losses       PPO policy loss (asymmetric + dual clip), clipped value loss.
-  logits       token log-probs and entropy from logits.
+  logits       token log-probs and entropy from logits (or, chunked, from hidden states and the head).
   kl           KL penalties (k1, abs, k2, k3), KL loss / reward penalty, KL controllers.
   checks       host-side `check_inputs`, called once per batch.
 """
@@ -29,6 +29,7 @@ from agent_r1_jax.rl.aggregation import aggregate
 from agent_r1_jax.rl.aggregation import finalize
 from agent_r1_jax.rl.aggregation import loss_denominator
 from agent_r1_jax.rl.checks import check_inputs
+from agent_r1_jax.rl.kl import KL_CONTROLLERS
 from agent_r1_jax.rl.kl import KL_PENALTIES
 from agent_r1_jax.rl.kl import AdaptiveKLController
 from agent_r1_jax.rl.kl import FixedKLController
@@ -36,6 +37,7 @@ from agent_r1_jax.rl.kl import apply_kl_penalty
 from agent_r1_jax.rl.kl import compute_kl_loss
 from agent_r1_jax.rl.kl import kl_penalty
 from agent_r1_jax.rl.kl import make_kl_controller
+from agent_r1_jax.rl.logits import chunked_log_probs
 from agent_r1_jax.rl.logits import compute_entropy_loss
 from agent_r1_jax.rl.logits import entropy_from_logits
 from agent_r1_jax.rl.logits import token_log_probs

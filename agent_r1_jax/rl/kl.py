@@ -23,6 +23,7 @@ from agent_r1_jax.rl import aggregation
 from agent_r1_jax.rl.aggregation import Aggregate
 
 KL_PENALTIES: tuple[str, ...] = ("kl", "abs", "mse", "low_var_kl")
+KL_CONTROLLERS: tuple[str, ...] = ("fixed", "adaptive")
 _K3_LOG_RATIO_CLAMP = 20.0
 _K3_CLAMP = 10.0
 
@@ -137,4 +138,4 @@ def make_kl_controller(kind: str, kl_coef: float, target_kl: float | None = None
     if target_kl is None or horizon is None:
       raise ValueError("the adaptive KL controller needs target_kl and horizon in the config")
     return AdaptiveKLController(kl_coef, target_kl, horizon)
-  raise ValueError(f"unknown KL controller {kind!r}; use 'fixed' or 'adaptive'")
+  raise ValueError(f"unknown KL controller {kind!r}; use one of {KL_CONTROLLERS}")

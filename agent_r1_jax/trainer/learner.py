@@ -7,6 +7,7 @@ Layout of a learner batch (all device arrays, `B` rows, prompt length `P`, respo
     responses        int32 [B, R]     = input_ids[:, P:]
     loss_mask        f32   [B, R]     tokens that carry policy loss (action mask, or response mask in the
                                       `loss_mask=response` ablation)
+    advantage_mask   f32   [B, R]     tokens that carry advantages and value targets (same choice)
     old_log_probs    f32   [B, R]     log pi_old(a_t | s_t), recomputed by the learner before the update
     ref_log_probs    f32   [B, R]     log pi_ref(a_t | s_t) (frozen initial policy), when a KL loss is on
     advantages       f32   [B, R]
@@ -14,13 +15,19 @@ Layout of a learner batch (all device arrays, `B` rows, prompt length `P`, respo
 
 Response token j sits at sequence position P + j and is predicted by the hidden state at P + j - 1, so
 every per-response quantity reads `hidden[:, P-1 : P+R-1]`; the value of the state before token j is read
-from the same slice. The LM head is applied to that slice only (never to the prompt), which keeps the
-`[B, R, V]` logits the largest activation.
+from the same slice. The LM head is applied to that slice only (never to the prompt), in blocks of
+`logits_chunk_size` positions (`rl.chunked_log_probs`), so no pass holds `[m, R, V]` logits.
 
-Updates: a mini-batch of `M` rows is split into `M / m` micro-batches that a `lax.scan` walks, summing
-gradients of `total_k / D`, where `D` is the loss denominator of the whole mini-batch (`rl.aggregation`):
-the summed gradient is exactly the full-mini-batch gradient. A non-finite gradient leaves parameters and
-optimizer state untouched and is reported (`skipped = 1`).
+Memory does not grow with the batch: every pass (old and reference log-probs, values, and the actor and
+critic updates) walks micro-batches of `m` rows with a `lax.map` / `lax.scan`, so one micro-batch's
+activations exist at a time. Micro-batch k of a batch of `M` rows holds rows k, k + M/m, k + 2M/m, ...
+(`split_micro`): with the rows sharded in contiguous blocks over the batch devices, every micro-batch then
+holds m / devices rows of every device, and no rows move between devices.
+
+Updates: a mini-batch's micro-batches are walked summing gradients of `total_k / D`, where `D` is the loss
+denominator of the whole mini-batch (`rl.aggregation`): the summed gradient is exactly the full-mini-batch
+gradient. A non-finite gradient leaves parameters and optimizer state untouched and is reported
+(`skipped = 1`).
 """
 
 from __future__ import annotations
@@ -34,8 +41,21 @@ import optax
 from flax import nnx
 
 from agent_r1_jax import rl
+from agent_r1_jax.models import merge_for_compute
 
 Batch = dict[str, jax.Array]
+
+
+def batch_fields(rows: int, prompt_length: int, response_length: int, *, with_ref: bool,
+                 with_values: bool) -> dict[str, tuple[tuple[int, ...], Any]]:
+  """`{name: (shape, dtype)}` of a learner batch (the layout in the module docstring): what `prepare_batch`
+  builds and every jitted pass reads; the dry run compiles the passes for exactly these arrays."""
+  seq, resp = (rows, prompt_length + response_length), (rows, response_length)
+  fields = {"input_ids": (seq, jnp.int32), "attention_mask": (seq, jnp.int32), "responses": (resp, jnp.int32)}
+  names = ["loss_mask", "advantage_mask", "old_log_probs", "advantages", "returns"]
+  names += ["ref_log_probs"] * with_ref + ["old_values"] * with_values
+  fields.update({name: (resp, jnp.float32) for name in names})
+  return fields
 
 
 # --------------------------------------------------------------------------------------------------
@@ -59,18 +79,17 @@ def response_hidden(model: nnx.Module, input_ids: jax.Array, attention_mask: jax
   return jax.lax.slice_in_dim(hidden, start, start + response_length, axis=1)
 
 
-def response_log_probs(model: nnx.Module, batch: Batch, *, temperature: float = 1.0,
-                       with_entropy: bool = False) -> tuple[jax.Array, jax.Array | None]:
+def response_log_probs(model: nnx.Module, batch: Batch, *, temperature: float = 1.0, with_entropy: bool = False,
+                       chunk_size: int = 0) -> tuple[jax.Array, jax.Array | None]:
   """`log softmax(logits / temperature)[a_t]` for every response token, float32 `[B, R]`.
 
-  Also returns the per-token entropy of the (temperature-scaled) policy when `with_entropy`.
+  Also returns the per-token entropy of the (temperature-scaled) policy when `with_entropy`. The LM head
+  runs over blocks of `chunk_size` response positions (0: all at once); see `rl.chunked_log_probs`.
   """
   responses = batch["responses"]
   h = response_hidden(model, batch["input_ids"], batch["attention_mask"], responses.shape[1])
-  logits = model.logits(h) / temperature
-  logp = rl.token_log_probs(logits, responses)
-  entropy = rl.entropy_from_logits(logits) if with_entropy else None
-  return logp, entropy
+  return rl.chunked_log_probs(h, responses, model.logits, chunk_size=chunk_size, temperature=temperature,
+                              with_entropy=with_entropy)
 
 
 def response_values(critic: nnx.Module, batch: Batch) -> jax.Array:
@@ -102,6 +121,8 @@ class ActorLossConfig:
   kl_loss_coef: float = 0.001
   kl_loss_type: str = "low_var_kl"
   temperature: float = 1.0
+  horizon: int | None = None          # H of seq-mean-token-sum-norm (None: the batch's response width)
+  logits_chunk_size: int = 0          # response positions per LM-head block (0: one block)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +130,7 @@ class CriticLossConfig:
   """Static settings of the clipped value loss."""
   clip_range_value: float = 0.5
   loss_agg_mode: str = "token-mean"
+  horizon: int | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -118,21 +140,22 @@ class CriticLossConfig:
 def actor_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: Batch, denominator: jax.Array,
                cfg: ActorLossConfig) -> tuple[jax.Array, dict[str, rl.Aggregate]]:
   """Actor objective of one micro-batch, divided by the mini-batch denominator `D`."""
-  model = nnx.merge(graphdef, params)
+  model = merge_for_compute(graphdef, params)
   # Entropy is always reported; it enters the loss only when entropy_coef > 0.
-  logp, entropy = response_log_probs(model, batch, temperature=cfg.temperature, with_entropy=True)
+  logp, entropy = response_log_probs(model, batch, temperature=cfg.temperature, with_entropy=True,
+                                     chunk_size=cfg.logits_chunk_size)
   mask = batch["loss_mask"]
   pg = rl.compute_policy_loss(batch["old_log_probs"], logp, batch["advantages"], mask,
                               clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
-                              clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode)
+                              clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, horizon=cfg.horizon)
   on = mask > 0
-  ent = rl.aggregate(jnp.where(on, entropy, 0.0), mask, cfg.loss_agg_mode)
+  ent = rl.aggregate(jnp.where(on, entropy, 0.0), mask, cfg.loss_agg_mode, cfg.horizon)
   total = pg.loss.total - cfg.entropy_coef * ent.total
   metrics = {"actor/pg_loss": pg.loss, "actor/entropy": ent, "actor/clip_fraction": pg.clip_fraction,
              "actor/clip_fraction_dual": pg.clip_fraction_lower, "actor/approx_kl": pg.approx_kl}
   if cfg.use_kl_loss:
     kl = rl.compute_kl_loss(logp, batch["ref_log_probs"], mask, kind=cfg.kl_loss_type,
-                            loss_agg_mode=cfg.loss_agg_mode)
+                            loss_agg_mode=cfg.loss_agg_mode, horizon=cfg.horizon)
     total = total + cfg.kl_loss_coef * kl.total
     metrics["actor/kl_loss"] = kl
   return total / denominator, metrics
@@ -141,10 +164,11 @@ def actor_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: Batch, denomina
 def critic_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: Batch, denominator: jax.Array,
                 cfg: CriticLossConfig) -> tuple[jax.Array, dict[str, rl.Aggregate]]:
   """Clipped value loss of one micro-batch, divided by the mini-batch denominator `D`."""
-  critic = nnx.merge(graphdef, params)
+  critic = merge_for_compute(graphdef, params)
   values = response_values(critic, batch)
   out = rl.compute_value_loss(values, batch["old_values"], batch["returns"], batch["advantage_mask"],
-                              clip_range_value=cfg.clip_range_value, loss_agg_mode=cfg.loss_agg_mode)
+                              clip_range_value=cfg.clip_range_value, loss_agg_mode=cfg.loss_agg_mode,
+                              horizon=cfg.horizon)
   on = batch["advantage_mask"] > 0
   vmean = rl.aggregate(jnp.where(on, values, 0.0), batch["advantage_mask"], "token-mean")
   return out.loss.total / denominator, {"critic/value_loss": out.loss,
@@ -156,13 +180,47 @@ def critic_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: Batch, denomin
 # Gradient accumulation over micro-batches + one optimizer step.
 
 
-def _split_micro(batch: Batch, num_micro: int) -> Batch:
-  """`[M, ...]` -> `[num_micro, M / num_micro, ...]` for every array in the batch."""
+def split_micro(batch: Batch, num_micro: int) -> Batch:
+  """`[M, ...]` -> `[num_micro, M / num_micro, ...]`, micro-batch k holding rows k, k + num_micro, ...
+
+  Strided rather than contiguous: `x.reshape(m, num_micro, ...)` keeps the row axis's contiguous device
+  blocks on the new `m` axis, so each micro-batch is spread over all batch devices (a contiguous split
+  would put micro-batch k on one device and make XLA move rows).
+  """
   def split(x):
     if x.shape[0] % num_micro:
-      raise ValueError(f"mini-batch of {x.shape[0]} rows does not split into {num_micro} micro-batches")
-    return x.reshape((num_micro, x.shape[0] // num_micro) + x.shape[1:])
+      raise ValueError(f"a batch of {x.shape[0]} rows does not split into {num_micro} micro-batches")
+    return x.reshape((x.shape[0] // num_micro, num_micro) + x.shape[1:]).swapaxes(0, 1)
   return jax.tree.map(split, batch)
+
+
+def merge_micro(x: jax.Array) -> jax.Array:
+  """Inverse of `split_micro` for one array: `[num_micro, m, ...]` -> `[num_micro * m, ...]` in row order."""
+  return x.swapaxes(0, 1).reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
+
+
+def map_micro(fn: Callable[[Any, Batch], Any], params: Any, batch: Batch, num_micro: int) -> Any:
+  """`fn(params, micro_batch)` on each micro-batch in turn, outputs `[m, ...]` put back in row order.
+
+  The parameters enter each iteration through `in_loop` (see there), so FSDP-sharded weights are gathered
+  inside the loop, layer by layer, and never all at once.
+  """
+  def body(step, mb):
+    p, step = in_loop(params, step)
+    return step + 1, fn(p, mb)
+
+  _, out = jax.lax.scan(body, jnp.zeros((), jnp.int32), split_micro(batch, num_micro))
+  return jax.tree.map(merge_micro, out)
+
+
+def in_loop(params: Any, carry: Any) -> tuple[Any, Any]:
+  """`(params, carry)` unchanged, but tied to a loop-carried value by an `optimization_barrier`.
+
+  Loop-invariant code motion would otherwise hoist everything that depends only on the parameters out of
+  a micro-batch loop, including the all-gather of every FSDP-sharded weight: each device would then hold
+  the whole unsharded model (and its compute-dtype copy) for the length of the loop.
+  """
+  return jax.lax.optimization_barrier((params, carry))
 
 
 def accumulate_gradients(loss_fn: Callable, params: nnx.State, batch: Batch, denominator: jax.Array,
@@ -170,23 +228,21 @@ def accumulate_gradients(loss_fn: Callable, params: nnx.State, batch: Batch, den
   """Sum over micro-batches of `grad(loss_fn)` and of its `Aggregate` metrics (finalised).
 
   `loss_fn(params, micro_batch, denominator) -> (total_k / D, metrics)`; because `D` is the whole
-  mini-batch's denominator, the sum of the micro-batch gradients is the mini-batch gradient.
+  mini-batch's denominator, the sum of the micro-batch gradients is the mini-batch gradient. One
+  `lax.scan` body holds the forward and backward pass, so it is compiled once whatever `num_micro` is.
   """
-  micro = _split_micro(batch, num_micro)
+  micro = split_micro(batch, num_micro)
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-
-  def first(i):
-    return jax.tree.map(lambda x: x[i], micro)
-
-  (_, metrics0), grads0 = grad_fn(params, first(0), denominator)
+  one = jax.tree.map(lambda x: x[0], micro)
+  _, metric_shapes = jax.eval_shape(loss_fn, params, one, denominator)
+  zeros = lambda tree: jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), tree)
 
   def body(carry, mb):
-    grads, metrics = carry
-    (_, m), g = grad_fn(params, mb, denominator)
+    p, (grads, metrics) = in_loop(params, carry)
+    (_, m), g = grad_fn(p, mb, denominator)
     return (jax.tree.map(jnp.add, grads, g), rl.accumulate(metrics, m)), None
 
-  rest = jax.tree.map(lambda x: x[1:], micro)
-  (grads, metrics), _ = jax.lax.scan(body, (grads0, metrics0), rest)
+  (grads, metrics), _ = jax.lax.scan(body, (zeros(params), zeros(metric_shapes)), micro)
   return grads, rl.finalize(metrics)
 
 
@@ -262,36 +318,47 @@ class Learner:
     self.critic_graphdef = critic_graphdef
     self.critic_tx = critic_tx
     self.critic_cfg = critic_cfg
-    self.log_probs = jax.jit(self._log_probs)
-    self.values = jax.jit(self._values)
+    self.log_probs = jax.jit(self._log_probs, static_argnames=("num_micro", "with_entropy"))
+    self.values = jax.jit(self._values, static_argnames=("num_micro",))
     self.actor_step = jax.jit(self._actor_step, static_argnames=("num_micro",), donate_argnums=(0, 1))
     self.critic_step = jax.jit(self._critic_step, static_argnames=("num_micro",), donate_argnums=(0, 1))
 
-  def _log_probs(self, params: nnx.State, batch: Batch) -> tuple[jax.Array, jax.Array]:
-    model = nnx.merge(self.actor_graphdef, params)
-    logp, entropy = response_log_probs(model, batch, temperature=self.actor_cfg.temperature,
-                                       with_entropy=True)
-    return logp, entropy
+  def _log_probs(self, params: nnx.State, batch: Batch, *, num_micro: int = 1,
+                 with_entropy: bool = True) -> tuple[jax.Array, jax.Array | None]:
+    """Response log-probs `[B, R]` (and entropy, else None) of the policy `params`, micro-batch by micro-batch."""
+    cfg = self.actor_cfg
 
-  def _values(self, params: nnx.State, batch: Batch) -> jax.Array:
-    return response_values(nnx.merge(self.critic_graphdef, params), batch)
+    def one(p, mb):  # the model is merged inside the loop: nnx modules must not cross trace levels
+      return response_log_probs(merge_for_compute(self.actor_graphdef, p), mb, temperature=cfg.temperature,
+                                with_entropy=with_entropy, chunk_size=cfg.logits_chunk_size)
+    return map_micro(one, params, _scoring_inputs(batch), num_micro)
+
+  def _values(self, params: nnx.State, batch: Batch, *, num_micro: int = 1) -> jax.Array:
+    """Critic values `[B, R]`, micro-batch by micro-batch."""
+    return map_micro(lambda p, mb: response_values(merge_for_compute(self.critic_graphdef, p), mb), params,
+                     _scoring_inputs(batch), num_micro)
 
   def _actor_step(self, params, opt_state, batch: Batch, *, num_micro: int):
     loss_fn = lambda p, mb, d: actor_loss(p, self.actor_graphdef, mb, d, self.actor_cfg)
     return _update_step(loss_fn, self.actor_tx, params, opt_state, batch, batch["loss_mask"],
-                        self.actor_cfg.loss_agg_mode, num_micro, prefix="actor")
+                        self.actor_cfg.loss_agg_mode, self.actor_cfg.horizon, num_micro, prefix="actor")
 
   def _critic_step(self, params, opt_state, batch: Batch, *, num_micro: int):
     loss_fn = lambda p, mb, d: critic_loss(p, self.critic_graphdef, mb, d, self.critic_cfg)
     return _update_step(loss_fn, self.critic_tx, params, opt_state, batch, batch["advantage_mask"],
-                        self.critic_cfg.loss_agg_mode, num_micro, prefix="critic")
+                        self.critic_cfg.loss_agg_mode, self.critic_cfg.horizon, num_micro, prefix="critic")
+
+
+def _scoring_inputs(batch: Batch) -> Batch:
+  """The arrays a forward pass reads (the rest of a learner batch is not carried through its micro-batches)."""
+  return {k: batch[k] for k in ("input_ids", "attention_mask", "responses")}
 
 
 def _update_step(loss_fn: Callable, tx: optax.GradientTransformation, params, opt_state, batch: Batch,
-                 mask: jax.Array, loss_agg_mode: str, num_micro: int, *, prefix: str):
+                 mask: jax.Array, loss_agg_mode: str, horizon: int | None, num_micro: int, *, prefix: str):
   """One optimizer update on a mini-batch: the mask's full denominator, accumulated micro-batch gradients,
   a (skippable) optimizer step; metrics gain `<prefix>/grad_norm` and `<prefix>/skipped`."""
-  denominator = rl.loss_denominator(mask, loss_agg_mode)
+  denominator = rl.loss_denominator(mask, loss_agg_mode, horizon)
   grads, metrics = accumulate_gradients(loss_fn, params, batch, denominator, num_micro)
   params, opt_state, upd = apply_update(tx, params, opt_state, grads)
   return params, opt_state, {**metrics, f"{prefix}/grad_norm": upd["grad_norm"],
