@@ -107,31 +107,7 @@ def _rematerialised(block: DecoderBlock, x: jax.Array, ctx: AttentionContext) ->
   """
   graphdef, state = nnx.split(block)
   run = lambda s, h, c: nnx.merge(graphdef, s)(h, c)[0]
-  return _recompute_in_backward(run)(state, x, ctx)
-
-
-def _recompute_in_backward(f):
-  """`f` differentiated by recomputing it in the backward pass, no earlier.
-
-  Like `jax.checkpoint` (only the inputs are saved), but the recomputation's inputs pass through an
-  `optimization_barrier` together with the incoming cotangent, so XLA cannot schedule it before the backward
-  pass reaches this call; XLA:CPU otherwise hoists every layer's recomputation next to its forward and holds
-  all of them, which saves no memory.
-  """
-  @jax.custom_vjp
-  def g(*args):
-    return f(*args)
-
-  def forward(*args):
-    return f(*args), args
-
-  def backward(args, cotangent):
-    args, cotangent = jax.lax.optimization_barrier((args, cotangent))
-    _, vjp = jax.vjp(f, *args)
-    return vjp(cotangent)
-
-  g.defvjp(forward, backward)
-  return g
+  return jax.checkpoint(run)(state, x, ctx)
 
 
 class Qwen2ForCausalLM(nnx.Module):
