@@ -182,7 +182,8 @@ def run_episodes(
   if samples_per_prompt < 1:
     raise ValueError(f"samples_per_prompt must be >= 1, got {samples_per_prompt}")
   special = validation.special_token_ids(tokenizer)
-  validation.check_sampler(sampler, config, special)
+  validation.check_sampler(sampler, config, special,
+                           parallel_tool_calls=bool(getattr(env, "parallel_tool_calls", False)))
   prompt_lists = _encode_prompts(tokenizer, prompts)
   validation.check_prompts(prompt_lists, config)
   n_prompts = len(prompt_lists)

@@ -18,6 +18,12 @@ TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 REQUIRED_SPECIAL_TOKENS = (TURN_START, TURN_END, TOOL_CALL_OPEN, TOOL_CALL_CLOSE)
 
+
+def turn_stop_tokens(parallel_tool_calls: bool) -> tuple[str, ...]:
+  """The tokens a sampled turn ends on: the turn end, and `</tool_call>` when a turn holds one call (with
+  parallel calls the model closes the turn itself after writing every call)."""
+  return (TURN_END,) if parallel_tool_calls else (TURN_END, TOOL_CALL_CLOSE)
+
 # A tool call to a tool no env registers: a Nous-style env answers it with an error observation without
 # running anything, which exercises the observation path's types.
 _PROBE_RESPONSES = (
@@ -46,8 +52,10 @@ def special_token_ids(tokenizer: Any, tokens: Sequence[str] = REQUIRED_SPECIAL_T
   return ids
 
 
-def check_sampler(sampler: Any, config: RolloutConfig, ids: dict[str, int]) -> None:
-  """The sampler's cache holds the prompt bucket + R slots and it stops on the turn end and `</tool_call>`."""
+def check_sampler(sampler: Any, config: RolloutConfig, ids: dict[str, int], *,
+                  parallel_tool_calls: bool = False) -> None:
+  """The sampler's cache holds the prompt bucket + R slots and it stops on `turn_stop_tokens`: the turn end,
+  and `</tool_call>` exactly when a turn holds one call (with parallel calls it must not stop there)."""
   cache = getattr(sampler, "max_cache_length", None)
   if cache is not None and cache < config.cache_length:
     raise ValueError(
@@ -58,12 +66,17 @@ def check_sampler(sampler: Any, config: RolloutConfig, ids: dict[str, int]) -> N
   if stops is None:
     return
   stops = {int(i) for i in stops}
-  needed = {TURN_END: ids[TURN_END], TOOL_CALL_CLOSE: ids[TOOL_CALL_CLOSE]}
+  needed = {name: ids[name] for name in turn_stop_tokens(parallel_tool_calls)}
   absent = [f"{name} ({i})" for name, i in needed.items() if i not in stops]
   absent += [f"end_of_text id {i}" for i in config.end_of_text_ids if i not in stops]
   if absent:
     raise ValueError(f"the sampler's stop_token_ids {sorted(stops)} lack {', '.join(absent)}; a turn must stop "
-                     "on the turn end and on </tool_call> so each segment is one assistant action")
+                     "on the turn end and, unless the env runs parallel tool calls, on </tool_call>, so each "
+                     "segment is one assistant action")
+  if parallel_tool_calls and ids[TOOL_CALL_CLOSE] in stops:
+    raise ValueError(f"the env runs parallel tool calls but the sampler stops on {TOOL_CALL_CLOSE} "
+                     f"({ids[TOOL_CALL_CLOSE]}), so a turn could never hold a second call; leave it out of "
+                     "stop_token_ids")
 
 
 def check_prompts(prompts: Sequence[Sequence[int]], config: RolloutConfig) -> None:
