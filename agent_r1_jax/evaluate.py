@@ -69,7 +69,7 @@ def run(*, workdir: str | None, hf_checkpoint: str | None, base_hf_checkpoint: s
   `config` is the `--config` ConfigDict (None: the workdir's config.json, or the tiny preset).
   """
   from agent_r1_jax.evaluation import datasets as datasets_lib, methods as methods_lib, report, runner  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.trainer import config as config_lib, loop, task as task_lib  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.trainer import build, config as config_lib, task as task_lib  # pylint: disable=import-outside-toplevel
 
   if bool(workdir) == bool(hf_checkpoint):
     raise ValueError("give exactly one of --workdir (a training run) or --hf_checkpoint (a Hugging Face directory)")
@@ -79,7 +79,7 @@ def run(*, workdir: str | None, hf_checkpoint: str | None, base_hf_checkpoint: s
   names = datasets_lib.select_datasets(c, datasets)
   task = task_lib.build_task(c)
   sets = datasets_lib.load_datasets(task, names)
-  mesh = loop.build_mesh(c)
+  mesh = build.build_mesh(c)
   base_dir = base_hf_checkpoint
   if hf_checkpoint and not base_dir and c.model.path and pathlib.Path(c.model.path) != pathlib.Path(hf_checkpoint):
     base_dir = c.model.path

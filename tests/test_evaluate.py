@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html.parser
 import json
+import math
 import re
 
 import jax
@@ -26,7 +27,7 @@ from agent_r1_jax.models import Qwen2ForCausalLM
 from agent_r1_jax.rewards.multihopqa import exact_match
 from agent_r1_jax.sampling import Segment, StopReason
 from agent_r1_jax.tools import format_hits
-from agent_r1_jax.trainer import evaluation, loop, task as task_lib
+from agent_r1_jax.trainer import build, evaluation, task as task_lib
 from agent_r1_jax.trainer.checkpointing import Checkpointer, IncompatibleCheckpointError
 from agent_r1_jax.trainer.config import base_config
 
@@ -309,14 +310,14 @@ def _write_workdir(c, task, workdir, steps):
   """config.json + orbax checkpoints with the trainer's state keys; returns the actor state per step."""
   workdir.mkdir(parents=True, exist_ok=True)
   (workdir / "config.json").write_text(c.to_json_best_effort(indent=2))
-  arch = loop.model_config(c, len(task.tokenizer))
+  arch = build.model_config(c, len(task.tokenizer))
   saved = {}
   ck = Checkpointer(workdir / "checkpoints")
   for step in steps:
     graphdef, params = nnx.split(Qwen2ForCausalLM(arch, rngs=nnx.Rngs(step)))
     state = {"actor": params, "actor_opt": {"mu": jax.tree.map(jnp.zeros_like, params)},
              "rng": jax.random.key_data(jax.random.key(0))}
-    ck.save(step, state, {"step": step, "fingerprint": loop.fingerprint(c, arch)}, force=True)
+    ck.save(step, state, {"step": step, "fingerprint": build.fingerprint(c, arch)}, force=True)
     ck.wait()
     saved[step] = params
   ck.close()
@@ -327,9 +328,9 @@ def test_workdir_policy_restores_the_saved_actor_and_rejects_another_shape(setup
   c, task = setup
   workdir = tmp_path / "run"
   _, saved = _write_workdir(c, task, workdir, [0, 3])
-  mesh = loop.build_mesh(c)
+  mesh = build.build_mesh(c)
   for step in (0, 3, None):
-    _, params, got = policy_lib.restore_actor(workdir, c, loop.model_config(c, len(task.tokenizer)), mesh, step)
+    _, params, got = policy_lib.restore_actor(workdir, c, build.model_config(c, len(task.tokenizer)), mesh, step)
     want = saved[3 if step is None else step]
     assert got == (3 if step is None else step)
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want)):
@@ -342,7 +343,7 @@ def test_workdir_policy_restores_the_saved_actor_and_rejects_another_shape(setup
     policy_lib.workdir_policy(workdir, other, task.tokenizer, mesh, policy_lib.SamplerCache(other, task.tokenizer,
                                                                                              mesh))
   with pytest.raises(ValueError, match=r"checkpoint step 7 not found .* available steps: \[0, 3\]"):
-    policy_lib.restore_actor(workdir, c, loop.model_config(c, len(task.tokenizer)), mesh, 7)
+    policy_lib.restore_actor(workdir, c, build.model_config(c, len(task.tokenizer)), mesh, 7)
 
 
 def test_cli_run_on_a_workdir_writes_every_output(setup, tmp_path):
@@ -393,9 +394,11 @@ def test_single_turn_prompt_width_fits_the_longest_prompt_or_says_what_to_lower(
   n_long = len(tok(long_, add_special_tokens=False)["input_ids"])
   limits = methods_lib.rollout_limits(methods_lib.METHODS["naive_rag"], c, tok, [short, long_])
   assert limits.max_turns == 1 and limits.max_response_length == c.rollout.max_new_tokens_per_turn
-  assert limits.max_prompt_length >= n_long and limits.max_prompt_length % 64 == 0
-  assert limits.max_prompt_length < n_long + 64 or limits.max_prompt_length == c.rollout.max_prompt_length
-  assert methods_lib.rollout_limits(methods_lib.METHODS["agent"], c, tok, [short]) == loop.rollout_config(c, tok)
+  # The long prompt is wider than the training width (256) and the window (640 - 48) holds it: its width is
+  # n_long rounded up to a multiple of 64 (a width that ignored the prompt, or did not round, fails here).
+  assert c.rollout.max_prompt_length < n_long <= c.rollout.max_context_length - c.rollout.max_new_tokens_per_turn - 64
+  assert limits.max_prompt_length == 64 * math.ceil(n_long / 64)
+  assert methods_lib.rollout_limits(methods_lib.METHODS["agent"], c, tok, [short]) == build.rollout_config(c, tok)
   small = _config()
   small.rollout.max_context_length = n_long
   with pytest.raises(ValueError, match=r"naive_rag prompt has \d+ tokens.*Lower --config.tool.top_k"):

@@ -23,7 +23,7 @@ from flax import nnx
 from agent_r1_jax.data.prepare_multihopqa import prepare
 from agent_r1_jax.evaluation import policy as policy_lib
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM, save_hf_checkpoint
-from agent_r1_jax.trainer import loop, task as task_lib
+from agent_r1_jax.trainer import build, loop, task as task_lib
 from agent_r1_jax.trainer.checkpointing import IncompatibleCheckpointError
 from agent_r1_jax.trainer.config import base_config
 from agent_r1_jax.trainer.metrics import read_metrics
@@ -67,7 +67,7 @@ def real_setup(shared_data, qwen_tokenizer_dir, tmp_path_factory):
   # Evaluation batches of 2 rows match the training rollout (1 prompt x 2 samples): one set of sampler programs.
   c.trainer.update(dict(batch_size=1, total_steps=2, eval_every=2, save_every=1, eval_num_examples=2,
                         eval_batch_size=2, progress_bar=False, export_hf=False))
-  c.actor.update(dict(micro_batch_size=1, num_mini_batches=1, lr=1e-3))
+  c.actor.update(dict(micro_batch_size_per_device=1, num_mini_batches=1, lr=1e-3))
   c.sft.enabled = False
   return root, c
 
@@ -109,7 +109,7 @@ def test_bad_input_gives_one_clear_error(real_setup, qwen_tokenizer_dir, tmp_pat
   # A checkpoint whose vocabulary does not cover the task's tokenizer.
   small = _tiny_qwen(tmp_path / "small", qwen_tokenizer_dir, vocab_size=1000)
   tokenizer = task_lib._load_tokenizer(str(small))  # pylint: disable=protected-access
-  mesh = loop.build_mesh(c)
+  mesh = build.build_mesh(c)
   with pytest.raises(IncompatibleCheckpointError, match=r"vocab_size=1000 but the task's tokenizer has 15\d{4}"):
     policy_lib.hf_policy(small, c, tokenizer, mesh, policy_lib.SamplerCache(c, tokenizer, mesh))
   # A dataset that was not prepared, through the CLI: exit status 2 and one line on stderr.

@@ -33,8 +33,8 @@ def micro_config(algorithm: str, **overrides):
   c.rollout.update(dict(max_turns=2, max_new_tokens_per_turn=8, n_samples=min(c.rollout.n_samples, 2)))
   c.trainer.update(dict(batch_size=2, total_steps=2, eval_every=2, save_every=1, eval_num_examples=2,
                         eval_batch_size=2, progress_bar=False, export_hf=False))
-  c.actor.update(dict(micro_batch_size=2, lr=1e-3))
-  c.critic.update(dict(micro_batch_size=2))
+  c.actor.update(dict(micro_batch_size_per_device=2, lr=1e-3))
+  c.critic.update(dict(micro_batch_size_per_device=2))
   c.sft.update(dict(enabled=False))
   for dotted, value in overrides.items():
     node = c
@@ -51,6 +51,9 @@ def _finite(row: dict) -> bool:
 
 @pytest.mark.parametrize("algorithm", sorted(config_lib.ALGORITHMS))
 def test_every_algorithm_runs_without_nan(algorithm, tmp_path):
+  """Two steps of every algorithm are finite, and (what finiteness cannot tell) the learner's advantages are
+  its estimator's: a registry or config mix-up running another estimator fails `_check_estimator`."""
+  _check_estimator(loop.RLTrainer(micro_config(algorithm), tmp_path / "advantages"))
   result = loop.train(micro_config(algorithm), tmp_path)
   assert result.step == 2 and not result.preempted
   rows = read_metrics(tmp_path)
@@ -81,6 +84,44 @@ def _handmade_trajectory() -> TrajectoryBatch:
       num_turns=np.ones(b, np.int32), num_tool_calls=np.zeros(b, np.int32), num_tool_errors=np.zeros(b, np.int32),
       stop_reason=np.ones(b, np.int32), response_text=[""] * b, ground_truth=[["x"]] * b,
       data_source=["synthetic_multihop"] * b)
+
+
+NON_CRITIC_ESTIMATORS = ("grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo")
+
+
+def _check_estimator(trainer) -> None:
+  """`prepare_batch`'s advantages on the hand-made trajectory equal the plain-loop reference of the config's
+  estimator (tests/test_rl_reference.py) applied to rewards built here: each score on the last action token,
+  minus kl_coef * (log pi - log pi_ref) on action tokens when the KL is in the reward. On these scores the
+  critic-free references all differ from each other, so the wrong estimator cannot pass; PPO's returns must
+  equal each row's score (gamma = lambda = 1, reward on the last action token), which no other estimator gives."""
+  from test_rl_reference import ref_advantages  # pylint: disable=import-outside-toplevel
+  c = trainer.c
+  traj = _handmade_trajectory()
+  scores = np.array([1.0, 0.0, 0.5, -1.0])
+  batch, _ = trainer.prepare_batch(traj, [{"score": float(s)} for s in scores])
+  adv = np.asarray(batch["advantages"], np.float64)
+  width = adv.shape[1]
+  action = traj.action_mask[:, :width].astype(np.float64)
+  rewards = np.zeros_like(action)
+  rewards[np.arange(4), traj.last_action_index] = scores
+  if c.algorithm.use_kl_in_reward:
+    assert c.algorithm.kl_penalty == "kl" and c.algorithm.kl_ctrl == "fixed"
+    log_ratio = np.asarray(batch["old_log_probs"], np.float64) - np.asarray(batch["ref_log_probs"], np.float64)
+    rewards -= c.algorithm.kl_coef * log_ratio * action
+  values = np.asarray(batch["old_values"], np.float64) if c.algorithm.use_critic else None
+  gamma, lam = c.algorithm.gamma, c.algorithm.lam
+  want, want_returns = ref_advantages(c.algorithm.adv_estimator, rewards, action, values, traj.group_ids, gamma, lam)
+  np.testing.assert_allclose(adv, want, atol=1e-5, rtol=0)
+  if c.algorithm.adv_estimator == "gae":
+    assert gamma == lam == 1.0
+    np.testing.assert_allclose(np.asarray(batch["returns"]), want_returns, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(batch["returns"]), scores[:, None] * action, atol=1e-5, rtol=0)
+  else:
+    for other in NON_CRITIC_ESTIMATORS:
+      if other != c.algorithm.adv_estimator:
+        other_adv, _ = ref_advantages(other, rewards, action, None, traj.group_ids, gamma, lam)
+        assert np.abs(other_adv - want).max() > 0.1, other
 
 
 @pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
@@ -169,14 +210,25 @@ def test_workdir_with_an_incompatible_checkpoint_is_refused(tmp_path):
     loop.train(wider, tmp_path)
 
 
-def test_dry_run_plans_qwen25_3b_without_weights(capsys):
-  c = config_lib.base_config("grpo", "qwen2.5-3b")
-  c.dry_run = True
-  plan = loop.train(c, None)
-  # Qwen2.5-3B: 36 layers, hidden 2048, 16/2 heads, MLP 11008, vocab 151936, tied embeddings = 3.09 B.
-  assert 3.0e9 < plan.num_params < 3.2e9
-  out = capsys.readouterr().out
-  assert "parameters: 3,085,938,688" in out and "kv_cache" in out and "optimizer" in out
+def test_dry_run_cli_compiles_every_program_and_gives_a_verdict():
+  """PPO's dry run through the CLI on the tiny preset with 8 simulated devices: one row per program of a
+  step (the critic's two included), each with XLA's compiled figures and the plan, and the verdict against
+  --config.dry_run_memory_gb; no weights, no workdir."""
+  out = subprocess.run(
+      [sys.executable, "-m", "agent_r1_jax.train", "--config=configs/ppo_multihopqa.py", "--config.dry_run=True",
+       "--config.mesh.fsdp=-1", "--config.trainer.batch_size=64", "--config.dry_run_memory_gb=0.001"],
+      cwd=REPO, capture_output=True, text=True, timeout=600,
+      env=dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"))
+  assert out.returncode == 0, out.stderr[-3000:]
+  lines = out.stdout.splitlines()
+  assert any(line.startswith("mesh: data=1 fsdp=8 tensor=1 on 8 cpu devices") for line in lines), out.stdout
+  for program in ("prefill", "extend", "decode", "log_probs", "ref_log_probs", "values", "critic_update",
+                  "actor_update"):
+    row = next((line.split() for line in lines if line.split()[:1] == [program]), None)
+    assert row is not None and len(row) == 11, (program, out.stdout)
+    args, outputs, donated, temps, total, plan = (float(v) for v in row[1:7])
+    assert abs(total - (args + outputs - donated + temps)) <= 0.02 and total > 0 and plan > 0, row
+  assert "verdict: does NOT fit in 0.0 GiB per device" in out.stdout
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -212,7 +264,7 @@ def test_every_shipped_config_is_valid(algorithm, preset):
   c.dry_run = preset != "tiny"
   config_lib.validate(c)
   rows = c.trainer.batch_size * c.rollout.n_samples
-  assert rows % (c.actor.num_mini_batches * c.actor.micro_batch_size) == 0
+  assert rows % (c.actor.num_mini_batches * c.actor.micro_batch_size_per_device) == 0
 
 
 def _warmup_examples(workdir, **overrides) -> int:

@@ -24,7 +24,7 @@ from ml_collections import config_dict
 
 from agent_r1_jax.data import rag
 from agent_r1_jax.rollout import RolloutConfig
-from agent_r1_jax.trainer import loop
+from agent_r1_jax.trainer import build
 
 _PROMPT_ROUND = 64  # single-turn prompt widths are rounded up to this, so a dataset compiles one prefill shape
 
@@ -93,7 +93,7 @@ def rollout_limits(method: Method, c: config_dict.ConfigDict, tokenizer: Any,
   A single-turn prompt (naive_rag carries passages) may be longer than the training prompt width: its width
   is the longest prompt of the dataset rounded up to 64, at most the context window minus one turn.
   """
-  train = loop.rollout_config(c, tokenizer)
+  train = build.rollout_config(c, tokenizer)
   if method.tools:
     return train
   turn = c.rollout.max_new_tokens_per_turn

@@ -2,7 +2,7 @@
 
 A `Policy` is what the rollout driver needs from a model: the NNX `graphdef`, its parameters (`nnx.State`),
 the architecture, and a factory of samplers for a rollout's limits (built exactly as the trainer builds its
-own, `trainer.loop.build_sampler`). Samplers are cached per (graphdef, cache length), so two policies of
+own, `trainer.build.build_sampler`). Samplers are cached per (graphdef, cache length), so two policies of
 one architecture (the trained policy and its base) share compiled programs.
 
 From a workdir only the actor's parameters are read: the checkpoint's `state` item is restored partially
@@ -20,13 +20,12 @@ import pathlib
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 from ml_collections import config_dict
 
-from agent_r1_jax.models import Qwen2Config, abstract_model, load_hf_checkpoint, state_shardings
+from agent_r1_jax.models import Qwen2Config, load_hf_checkpoint
 from agent_r1_jax.rollout import RolloutConfig
-from agent_r1_jax.trainer import loop
+from agent_r1_jax.trainer import build
 from agent_r1_jax.trainer.checkpointing import IncompatibleCheckpointError
 
 SamplerFactory = Callable[[RolloutConfig], Any]
@@ -53,7 +52,7 @@ class Policy:
 
 
 class SamplerCache:
-  """`trainer.loop.build_sampler` per (graphdef, cache length): one sampler, one set of compiled programs."""
+  """`trainer.build.build_sampler` per (graphdef, cache length): one sampler, one set of compiled programs."""
 
   def __init__(self, c: config_dict.ConfigDict, tokenizer: Any, mesh: Any):
     self._c, self._tokenizer, self._mesh = c, tokenizer, mesh
@@ -63,7 +62,7 @@ class SamplerCache:
     def make(rcfg: RolloutConfig) -> Any:
       key = (graphdef, rcfg.cache_length)
       if key not in self._samplers:
-        self._samplers[key] = loop.build_sampler(self._c, graphdef, self._tokenizer, rcfg, self._mesh)
+        self._samplers[key] = build.build_sampler(self._c, graphdef, self._tokenizer, rcfg, self._mesh)
       return self._samplers[key]
     return make
 
@@ -107,12 +106,7 @@ def _flat_shapes(tree: Any) -> dict[str, tuple[int, ...]]:
 
 def _abstract_params(c: config_dict.ConfigDict, arch: Qwen2Config, mesh: Any) -> tuple[Any, nnx.State]:
   """The actor's graphdef and its state as `ShapeDtypeStruct`s on the trainer's shardings (no memory)."""
-  model = abstract_model(arch, head="lm", param_dtype=getattr(jnp, c.model.param_dtype),
-                         compute_dtype=getattr(jnp, c.model.compute_dtype), remat=c.model.remat)
-  graphdef, state = nnx.split(model)
-  shardings = state_shardings(state, mesh)
-  target = jax.tree.map(lambda v, s: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s), state, shardings)
-  return graphdef, target
+  return build.abstract_params(c, arch, mesh, head="lm")
 
 
 def _check_shapes(saved: Any, target: Any, where: pathlib.Path, c: config_dict.ConfigDict,
@@ -171,7 +165,7 @@ def restore_actor(workdir: str | pathlib.Path, c: config_dict.ConfigDict, arch: 
 def workdir_policy(workdir: str | pathlib.Path, c: config_dict.ConfigDict, tokenizer: Any, mesh: Any,
                    samplers: SamplerCache, step: int | None = None) -> Policy:
   """The trained actor of a workdir (latest checkpoint unless `step`)."""
-  arch = loop.model_config(c, vocab_size=len(tokenizer))
+  arch = build.model_config(c, vocab_size=len(tokenizer))
   graphdef, params, step = restore_actor(workdir, c, arch, mesh, step)
   return Policy(name=f"{pathlib.Path(workdir)} step {step}", graphdef=graphdef, params=params, arch=arch,
                 make_sampler=samplers.factory(graphdef))
@@ -189,6 +183,6 @@ def hf_policy(path: str | pathlib.Path, c: config_dict.ConfigDict, tokenizer: An
         f"tokens; evaluate it with the tokenizer it was trained with (--config.model.tokenizer_path, or the "
         f"config of the run that produced it)")
   model = load_hf_checkpoint(path, dtype=c.model.param_dtype, compute_dtype=c.model.compute_dtype, mesh=mesh,
-                             remat=c.model.remat)
+                             remat=c.model.remat, attention_chunk_size=c.model.attention_chunk_size)
   graphdef, params = nnx.split(model)
   return Policy(name=str(path), graphdef=graphdef, params=params, arch=arch, make_sampler=samplers.factory(graphdef))

@@ -1,6 +1,6 @@
 """Rewards for multi-hop QA agents: answer correctness gated by the multi-turn format.
 
-Two styles, chosen by `style` (config `reward.style`):
+Two styles, chosen by `style` (config `algorithm.reward_style`):
 
 `paper` (default; Agent-R1, arXiv:2511.14460, the multi-hop QA reward):
   r_format_answer = 1 if the final assistant turn is `<think>R</think>` followed by exactly one
@@ -103,4 +103,4 @@ def compute_score(solution_str: str, ground_truth: str | Sequence[str], style: s
     return _score_paper(solution_str, aliases)
   if style == "agent_r1_code":
     return _score_agent_r1_code(solution_str, aliases)
-  raise ValueError(f"unknown reward style {style!r}; set reward.style to one of {STYLES}")
+  raise ValueError(f"unknown reward style {style!r}; set algorithm.reward_style to one of {STYLES}")

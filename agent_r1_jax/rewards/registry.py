@@ -22,7 +22,7 @@ def register_scorer(data_source: str, factory: Callable[..., Scorer]) -> None:
 
 def _multihopqa_factory(style: str = "paper") -> Scorer:
   if style not in multihopqa.STYLES:
-    raise ValueError(f"unknown reward style {style!r}; set reward.style to one of {multihopqa.STYLES}")
+    raise ValueError(f"unknown reward style {style!r}; set algorithm.reward_style to one of {multihopqa.STYLES}")
   return functools.partial(multihopqa.compute_score, style=style)
 
 

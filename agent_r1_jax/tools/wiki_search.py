@@ -18,6 +18,7 @@ from agent_r1_jax.retrieval.corpus import SearchHit
 from agent_r1_jax.tools.base import BaseTool, ToolResult
 
 NO_RESULTS = "No results found."
+RETRIEVER_BACKENDS = ("bm25", "dense", "http")
 
 
 def format_hits(hits: Sequence[SearchHit]) -> str:
@@ -92,5 +93,5 @@ class WikiSearchTool(BaseTool):
         raise ValueError("wiki_search backend 'http' needs url (e.g. http://127.0.0.1:8000)")
       retriever = HttpRetriever(url, protocol=protocol, timeout_s=request_timeout_s)
     else:
-      raise ValueError(f"wiki_search backend must be 'bm25', 'dense' or 'http', got {backend!r}")
+      raise ValueError(f"wiki_search backend must be one of {RETRIEVER_BACKENDS}, got {backend!r}")
     return cls(retriever, top_k=top_k, **kwargs)

@@ -9,7 +9,8 @@ command line (`--config.rollout.max_turns=3`). Presets:
                 real Qwen2.5-Instruct checkpoints from a local `--config.model.path`, prepared multi-hop QA
                 data, and the paper's hyper-parameters (batch 128 prompts, max 5 turns, 1024 new tokens per
                 turn, 8192-token context, tool output cut to 2048 characters, lr 1e-6, KL 0.001, critic lr
-                1e-5 with 5 warm-up steps, gamma = lambda = 1, clip 0.2, retrieval top-5).
+                1e-5 constant, PPO's actor frozen for the first 5 steps while the critic trains
+                (`trainer.critic_warmup`), gamma = lambda = 1, clip 0.2, retrieval top-5).
 
 Algorithms differ only in these fields (the trainer never branches on the algorithm's name):
 
@@ -23,9 +24,14 @@ Algorithms differ only in these fields (the trainer never branches on the algori
 
 from __future__ import annotations
 
+import jax
 from ml_collections import config_dict
 
+from agent_r1_jax import rl
 from agent_r1_jax.data.prompts import INSTRUCTION
+from agent_r1_jax.data.sources import DATA_SOURCES
+from agent_r1_jax.rewards import known_data_sources
+from agent_r1_jax.rewards.multihopqa import STYLES as REWARD_STYLES
 
 ALGORITHMS: dict[str, dict] = {
     "ppo": dict(adv_estimator="gae", use_critic=True, n_samples=1, kl="reward"),
@@ -39,6 +45,8 @@ ALGORITHMS: dict[str, dict] = {
 PRESETS = ("tiny", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b")
 REAL_PRESETS = {"qwen2.5-0.5b": "qwen2_5_0_5b", "qwen2.5-1.5b": "qwen2_5_1_5b", "qwen2.5-3b": "qwen2_5_3b"}
 MASK_CHOICES = ("action", "response")
+TASK_SOURCES = ("synthetic", "multihopqa")
+LR_SCHEDULES = ("constant", "cosine")
 READING_RELATIONS = ("task", "uniform")
 
 
@@ -55,7 +63,11 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.algorithm_name = algorithm
   c.preset = preset
   c.seed = 0
+  # Print the plan and compile every program of a step at this config's shapes (no weights), then exit.
   c.dry_run = False
+  c.dry_run_memory_gb = 16.0                    # per-device budget of the verdict (16: TPU v5e, 80: H100)
+  # Real presets refuse to train on the host CPU (a jaxlib without the accelerator); True allows it.
+  c.allow_cpu = False
 
   # ---- model -------------------------------------------------------------------------------------------
   c.model = config_dict.ConfigDict()
@@ -65,6 +77,10 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.model.param_dtype = "float32"
   c.model.compute_dtype = "float32"
   c.model.remat = False
+  # Response positions per LM-head block in the learner (0: all at once): no pass holds [rows, R, V] logits.
+  c.model.logits_chunk_size = 256
+  # Attention of longer calls in blocks of this many queries and keys (0: dense): no [B, H, T, S] scores.
+  c.model.attention_chunk_size = 512
   # Shape of the from-scratch model of the tiny preset (vocabulary comes from the tokenizer).
   c.model.hidden_size = 256
   c.model.intermediate_size = 768
@@ -134,6 +150,9 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.algorithm.loss_mask = "action"              # "action" | "response" (paper Table 4 ablation)
   c.algorithm.advantage_mask = "action"         # "action" | "response"
   c.algorithm.reward_style = "paper"            # "paper" | "agent_r1_code"
+  # H of the seq-mean-token-sum-norm aggregation (actor and critic); None: rollout.max_response_length, so a
+  # row's loss does not depend on how wide the batch it was trimmed with is.
+  c.algorithm.loss_agg_horizon = config_dict.placeholder(int)
 
   # ---- actor / critic optimisation ---------------------------------------------------------------------
   c.actor = config_dict.ConfigDict()
@@ -152,21 +171,24 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.actor.kl_loss_type = "low_var_kl"
   c.actor.ppo_epochs = 1
   c.actor.num_mini_batches = 2
-  c.actor.micro_batch_size = 8
+  # Rows per device in one micro-batch of every learner pass (log-probs, update); a micro-batch spans
+  # micro_batch_size_per_device * (mesh.data * mesh.fsdp) rows.
+  c.actor.micro_batch_size_per_device = 8
   c.critic = config_dict.ConfigDict()
   c.critic.lr = 1e-5
-  c.critic.warmup_steps = 5
+  c.critic.warmup_steps = 0                     # lr warm-up (optimizer steps); the released PPO script has none
   c.critic.weight_decay = 0.01
   c.critic.grad_clip = 1.0
   c.critic.clip_range_value = 0.5
   c.critic.loss_agg_mode = "token-mean"
-  c.critic.micro_batch_size = 8
+  c.critic.micro_batch_size_per_device = 8
 
   # ---- loop --------------------------------------------------------------------------------------------
   c.trainer = config_dict.ConfigDict()
-  c.trainer.batch_size = 128                    # prompts per step (rows = batch_size * n_samples)
+  # Prompts per step over all processes (rows = batch_size * n_samples); each process samples its share.
+  c.trainer.batch_size = 128
   c.trainer.total_steps = 200
-  c.trainer.critic_warmup = 0                   # steps that update only the critic (PPO)
+  c.trainer.critic_warmup = 0                   # first steps that update only the critic, actor frozen (PPO)
   c.trainer.eval_every = 20
   c.trainer.save_every = 20
   c.trainer.max_to_keep = 3
@@ -266,9 +288,9 @@ def _apply_tiny(c: config_dict.ConfigDict) -> None:
   c.actor.lr = 1e-4
   c.actor.warmup_steps = 2
   c.actor.num_mini_batches = 1
-  c.actor.micro_batch_size = 8
+  c.actor.micro_batch_size_per_device = 8
   c.critic.lr = 1e-4
-  c.critic.micro_batch_size = 8
+  c.critic.micro_batch_size_per_device = 8
   # 40 rollout rows per step for every algorithm: 8 prompts x 5 samples, or 40 prompts x 1 sample.
   c.trainer.batch_size = 40 // c.rollout.n_samples
   c.trainer.total_steps = 15
@@ -295,47 +317,88 @@ def _apply_tiny(c: config_dict.ConfigDict) -> None:
 
 
 def _apply_real(c: config_dict.ConfigDict, preset: str) -> None:
-  """The paper's setting on a real Qwen2.5-Instruct checkpoint."""
+  """The paper's setting on a real Qwen2.5-Instruct checkpoint.
+
+  PPO as the released script runs it: for the first 5 steps only the critic learns (the actor is frozen,
+  `trainer.critic_warmup = 5`) at a constant lr of 1e-5 (`critic.warmup_steps = 0`); the critic starts from
+  the policy's checkpoint with a fresh value head.
+  """
   c.data.source = "multihopqa"
   c.model.compute_dtype = "bfloat16"
   c.model.remat = True
   c.rollout.cache_dtype = "bfloat16"
-  c.actor.micro_batch_size = 4
-  c.critic.micro_batch_size = 4
+  # A token cap on one observation, for the sampler's static shapes: 2048 characters of retrieved English
+  # are ~500 tokens, so it does not bind in practice, but it bounds the widest extend program.
+  c.rollout.max_observation_tokens = 1024
+  c.actor.micro_batch_size_per_device = 1
+  c.critic.micro_batch_size_per_device = 1
+  if c.algorithm.use_critic:
+    c.trainer.critic_warmup = 5
+
+
+def _check_choice(name: str, value, choices) -> None:
+  if value not in choices:
+    raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def _check_registry_fields(c: config_dict.ConfigDict) -> None:
+  """Every field whose value names a registry entry or a fixed choice, each against its valid names."""
+  # Imported here: the tools import bm25s, which runs a JAX computation at import time, and this module is
+  # loaded (with the config file) before `jax.distributed.initialize`, which must precede any backend.
+  from agent_r1_jax.tools import registered_tools  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.tools.wiki_search import RETRIEVER_BACKENDS  # pylint: disable=import-outside-toplevel
+  for name, value, choices in (
+      ("algorithm.loss_mask", c.algorithm.loss_mask, MASK_CHOICES),
+      ("algorithm.advantage_mask", c.algorithm.advantage_mask, MASK_CHOICES),
+      ("algorithm.adv_estimator", c.algorithm.adv_estimator, rl.ADVANTAGE_ESTIMATORS),
+      ("algorithm.kl_penalty", c.algorithm.kl_penalty, rl.KL_PENALTIES),
+      ("algorithm.kl_ctrl", c.algorithm.kl_ctrl, rl.KL_CONTROLLERS),
+      ("algorithm.reward_style", c.algorithm.reward_style, REWARD_STYLES),
+      ("actor.kl_loss_type", c.actor.kl_loss_type, rl.KL_PENALTIES),
+      ("actor.loss_agg_mode", c.actor.loss_agg_mode, rl.LOSS_AGG_MODES),
+      ("critic.loss_agg_mode", c.critic.loss_agg_mode, rl.LOSS_AGG_MODES),
+      ("actor.lr_schedule", c.actor.lr_schedule, LR_SCHEDULES),
+      ("data.source", c.data.source, TASK_SOURCES),
+      ("tool.retriever", c.tool.retriever, RETRIEVER_BACKENDS)):
+    _check_choice(name, value, choices)
+  for tool in c.tool.tools:
+    _check_choice("every entry of tool.tools", tool, registered_tools())
+  if c.data.source == "multihopqa":
+    for source in c.data.val_sources:
+      _check_choice("every entry of data.val_sources", source, DATA_SOURCES)
+    unscored = sorted(set(DATA_SOURCES) - set(known_data_sources()))
+    if unscored:
+      raise ValueError(f"no reward function is registered for data source(s) {unscored}")
 
 
 def validate(c: config_dict.ConfigDict) -> None:
   """Raises one ValueError naming the field to change; called before anything is built."""
-  for name, value in (("algorithm.loss_mask", c.algorithm.loss_mask),
-                      ("algorithm.advantage_mask", c.algorithm.advantage_mask)):
-    if value not in MASK_CHOICES:
-      raise ValueError(f"{name} must be one of {MASK_CHOICES}, got {value!r}")
+  _check_registry_fields(c)
   if c.preset in REAL_PRESETS and not c.model.path and not c.dry_run:
     raise ValueError(
         f"preset {c.preset!r} trains a real Qwen2.5 checkpoint and needs --config.model.path=/path/to/"
         f"{c.preset} (a local Hugging Face directory with config.json and model.safetensors); nothing is "
         f"downloaded. For the offline default run the tiny preset: --config=configs/"
         f"{c.algorithm_name}_multihopqa.py:tiny")
-  if c.data.source not in ("synthetic", "multihopqa"):
-    raise ValueError(f"data.source must be 'synthetic' or 'multihopqa', got {c.data.source!r}")
   if c.data.source == "multihopqa" and not c.data.prepared_dir and not c.dry_run:
     raise ValueError("data.source='multihopqa' needs --config.data.prepared_dir (the output folder of "
                      "`python -m agent_r1_jax.data.prepare_multihopqa`)")
-  rows = c.trainer.batch_size * c.rollout.n_samples
-  if rows % c.actor.num_mini_batches:
-    raise ValueError(f"trainer.batch_size * rollout.n_samples = {rows} rows must split into "
-                     f"actor.num_mini_batches = {c.actor.num_mini_batches} equal mini-batches")
-  mini = rows // c.actor.num_mini_batches
-  for section in ("actor", "critic") if c.algorithm.use_critic else ("actor",):
-    micro = c[section].micro_batch_size
-    if micro < 1 or mini % micro:
-      raise ValueError(f"{section}.micro_batch_size = {micro} must divide the mini-batch of {mini} rows "
-                       f"(trainer.batch_size * rollout.n_samples / actor.num_mini_batches)")
+  _check_batch_split(c, batch_devices(c, jax.device_count()), jax.process_count())
   if c.rollout.n_samples < 2 and c.algorithm.adv_estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline"):
     raise ValueError(f"{c.algorithm.adv_estimator} compares samples of the same prompt: set "
                      f"rollout.n_samples >= 2 (got {c.rollout.n_samples})")
   if c.algorithm.adv_estimator == "gae" and not c.algorithm.use_critic:
     raise ValueError("adv_estimator='gae' needs a critic: set algorithm.use_critic=True")
+  if c.trainer.critic_warmup and not c.algorithm.use_critic:
+    raise ValueError(f"trainer.critic_warmup={c.trainer.critic_warmup} freezes the actor while a critic trains, "
+                     f"but {c.algorithm.adv_estimator} has no critic: set trainer.critic_warmup=0")
+  horizon = c.algorithm.loss_agg_horizon
+  if horizon is not None and (not isinstance(horizon, int) or horizon < 1):
+    raise ValueError(f"algorithm.loss_agg_horizon must be a positive integer (or None: "
+                     f"rollout.max_response_length), got {horizon!r}")
+  for name in ("logits_chunk_size", "attention_chunk_size"):
+    if not isinstance(c.model[name], int) or c.model[name] < 0:
+      raise ValueError(f"model.{name} must be an integer >= 0 (0: no chunking), got {c.model[name]!r}")
   if c.sft.enabled:
     from agent_r1_jax.trainer.sft import parse_stages  # pylint: disable=import-outside-toplevel
     parse_stages(c.sft.stages)
@@ -356,3 +419,43 @@ def validate(c: config_dict.ConfigDict) -> None:
       raise ValueError(f"sft.copy_check_every must be an integer >= 1, got {c.sft.copy_check_every!r}")
   if c.rollout.max_context_length < c.rollout.max_prompt_length + 1:
     raise ValueError("rollout.max_context_length must exceed rollout.max_prompt_length")
+
+
+def batch_devices(c: config_dict.ConfigDict, device_count: int) -> int:
+  """Devices the batch rows are split over (`mesh.data * mesh.fsdp`, a -1 size filled from `device_count`)."""
+  sizes = dict(c.mesh)
+  fixed = [v for v in sizes.values() if v != -1]
+  product = 1
+  for v in fixed:
+    product *= v
+  filled = {k: (max(device_count // product, 1) if v == -1 else v) for k, v in sizes.items()}
+  return filled["data"] * filled["fsdp"]
+
+
+def _check_batch_split(c: config_dict.ConfigDict, devices: int, processes: int) -> None:
+  """Prompts split over processes, rows into mini-batches, mini-batches into whole micro-batches."""
+  if c.trainer.batch_size % processes:
+    raise ValueError(f"trainer.batch_size = {c.trainer.batch_size} prompts per step must split evenly over the "
+                     f"{processes} processes")
+  rows = c.trainer.batch_size * c.rollout.n_samples
+  if rows % c.actor.num_mini_batches:
+    raise ValueError(f"trainer.batch_size * rollout.n_samples = {rows} rows must split into "
+                     f"actor.num_mini_batches = {c.actor.num_mini_batches} equal mini-batches")
+  mini = rows // c.actor.num_mini_batches
+  for section in ("actor", "critic") if c.algorithm.use_critic else ("actor",):
+    per_device = c[section].micro_batch_size_per_device
+    if not isinstance(per_device, int) or per_device < 1 or mini % (per_device * devices):
+      raise ValueError(
+          f"{section}.micro_batch_size_per_device = {per_device} on {devices} batch devices (mesh.data * "
+          f"mesh.fsdp) makes micro-batches of {per_device} x {devices} rows, which must divide the mini-batch of "
+          f"{mini} rows (trainer.batch_size * rollout.n_samples / actor.num_mini_batches)")
+
+
+def micro_batches(c: config_dict.ConfigDict, section: str, rows: int, device_count: int) -> int:
+  """How many micro-batches of `section`'s size (`actor` or `critic`) `rows` rows make."""
+  return rows // (c[section].micro_batch_size_per_device * batch_devices(c, device_count))
+
+
+def loss_agg_horizon(c: config_dict.ConfigDict) -> int:
+  """H of seq-mean-token-sum-norm: `algorithm.loss_agg_horizon`, default `rollout.max_response_length`."""
+  return c.algorithm.loss_agg_horizon or c.rollout.max_response_length

@@ -30,129 +30,17 @@ from ml_collections import config_dict
 
 from agent_r1_jax import rl
 from agent_r1_jax.data.loader import example_iterator
-from agent_r1_jax.models import (Qwen2Config, Qwen2ForCausalLM, Qwen2ValueModel, load_hf_checkpoint, make_mesh,
-                                 save_hf_checkpoint, shard_model)
+from agent_r1_jax.models import save_hf_checkpoint
 from agent_r1_jax.models.sharding import place as place_on_mesh
-from agent_r1_jax.rollout import RolloutConfig, run_episodes
-from agent_r1_jax.sampling import Sampler, SamplingParams
+from agent_r1_jax.rollout import run_episodes
+from agent_r1_jax.sampling import SamplingParams
 from agent_r1_jax.sampling.multihost import agreed_max
+from agent_r1_jax.trainer import backend, build
 from agent_r1_jax.trainer import config as config_lib
-from agent_r1_jax.trainer import evaluation, learner as learner_lib, memory, reporting, sft as sft_lib, task as task_lib
+from agent_r1_jax.trainer import dry_run as dry_run_lib
+from agent_r1_jax.trainer import evaluation, learner as learner_lib, reporting, sft as sft_lib, task as task_lib
 from agent_r1_jax.trainer.checkpointing import Checkpointer
 from agent_r1_jax.trainer.metrics import MetricsWriter
-
-_MODEL_FINGERPRINT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                             "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings")
-
-
-# --------------------------------------------------------------------------------------------------
-# Construction.
-
-
-def build_mesh(c: config_dict.ConfigDict):
-  """The (data, fsdp, tensor) mesh of `c.mesh`; fixed sizes whose product is below the device count use the
-  first devices only (e.g. a 1-device run on a host with 8), a -1 size fills all devices."""
-  sizes = dict(c.mesh)
-  if -1 in sizes.values():
-    return make_mesh(**sizes)
-  count = int(np.prod(list(sizes.values())))
-  if count > len(jax.devices()):
-    raise ValueError(f"mesh {sizes} needs {count} devices, {len(jax.devices())} are available; change "
-                     f"--config.mesh.*")
-  return make_mesh(**sizes, devices=jax.devices()[:count])
-
-
-def model_config(c: config_dict.ConfigDict, vocab_size: int) -> Qwen2Config:
-  """The policy's architecture: from `model.path`'s config.json, else the tiny from-scratch shape."""
-  if c.model.path:
-    return Qwen2Config.from_pretrained_dir(c.model.path)
-  m = c.model
-  return Qwen2Config(vocab_size=vocab_size, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
-                     num_hidden_layers=m.num_hidden_layers, num_attention_heads=m.num_attention_heads,
-                     num_key_value_heads=m.num_key_value_heads, head_dim=m.hidden_size // m.num_attention_heads,
-                     rope_theta=m.rope_theta, tie_word_embeddings=m.tie_word_embeddings,
-                     max_position_embeddings=c.rollout.max_prompt_length + c.rollout.max_response_length)
-
-
-def build_model(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, head: str) -> nnx.Module:
-  """Actor (`head="lm"`) or critic (`head="value"`): loaded from `model.path` or freshly initialised."""
-  dtypes = dict(compute_dtype=getattr(jnp, c.model.compute_dtype), remat=c.model.remat)
-  if c.model.path:
-    return load_hf_checkpoint(c.model.path, dtype=c.model.param_dtype, compute_dtype=c.model.compute_dtype,
-                              mesh=mesh, head=head, remat=c.model.remat, seed=c.seed + 1)
-  cls = Qwen2ForCausalLM if head == "lm" else Qwen2ValueModel
-  model = cls(arch, rngs=nnx.Rngs(c.seed + (0 if head == "lm" else 1)),
-              param_dtype=getattr(jnp, c.model.param_dtype), **dtypes)
-  return shard_model(model, mesh)
-
-
-def rollout_config(c: config_dict.ConfigDict, tokenizer: Any) -> RolloutConfig:
-  """The rollout limits of `c.rollout`; `<|endoftext|>` ends an episode (EpisodeStop.EOS)."""
-  return dataclasses.replace(RolloutConfig.from_config(c.rollout),
-                             end_of_text_ids=(int(tokenizer.convert_tokens_to_ids("<|endoftext|>")),))
-
-
-def build_sampler(c: config_dict.ConfigDict, graphdef: nnx.GraphDef, tokenizer: Any, rcfg: RolloutConfig,
-                  mesh) -> Sampler:
-  stops = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "</tool_call>", "<|endoftext|>")]
-  return Sampler(graphdef, max_cache_length=rcfg.cache_length, stop_token_ids=stops,
-                 pad_id=int(tokenizer.pad_token_id), cache_dtype=getattr(jnp, c.rollout.cache_dtype), mesh=mesh)
-
-
-def fingerprint(c: config_dict.ConfigDict, arch: Qwen2Config) -> dict[str, Any]:
-  """What must match for a checkpoint to be resumable into this config."""
-  out = {f"model.{k}": getattr(arch, k) for k in _MODEL_FINGERPRINT_FIELDS}
-  out.update({"algorithm.adv_estimator": c.algorithm.adv_estimator, "algorithm.use_critic": c.algorithm.use_critic,
-              "model.param_dtype": c.model.param_dtype})
-  return out
-
-
-def _needs_reference(c: config_dict.ConfigDict) -> bool:
-  return bool(c.actor.use_kl_loss or c.algorithm.use_kl_in_reward)
-
-
-def _copy(tree):
-  return jax.tree.map(jnp.copy, tree)
-
-
-# --------------------------------------------------------------------------------------------------
-# Dry run.
-
-
-def dry_run(c: config_dict.ConfigDict) -> memory.MemoryPlan:
-  """Prints the parameter count and per-device memory plan; builds no weights."""
-  from agent_r1_jax import models  # pylint: disable=import-outside-toplevel
-  if c.model.path:
-    arch = Qwen2Config.from_pretrained_dir(c.model.path)
-  elif c.model.shape_preset:
-    arch = getattr(models, c.model.shape_preset)()
-  else:
-    arch = model_config(c, vocab_size=4096)
-  abstract = models.abstract_model(arch, param_dtype=getattr(jnp, c.model.param_dtype))
-  counted = models.count_params(abstract)
-  devices = len(jax.devices())
-  sizes = dict(c.mesh)
-  fill = [k for k, v in sizes.items() if v == -1]
-  if fill:
-    known = int(np.prod([v for v in sizes.values() if v != -1]))
-    sizes[fill[0]] = max(devices // known, 1)
-  rows = c.trainer.batch_size * c.rollout.n_samples
-  plan = memory.plan_memory(arch, param_dtype=c.model.param_dtype, compute_dtype=c.model.compute_dtype,
-                            cache_dtype=c.rollout.cache_dtype, remat=c.model.remat,
-                            use_critic=c.algorithm.use_critic, keep_reference=_needs_reference(c),
-                            rollout_rows=rows, prompt_length=c.rollout.max_prompt_length,
-                            response_length=c.rollout.max_response_length,
-                            micro_batch_size=c.actor.micro_batch_size, **sizes)
-  print(f"model: {c.model.shape_preset or c.model.path or 'tiny'}  parameters: {counted:,} "
-        f"({counted / 1e9:.2f} B; config formula {plan.num_params:,})")
-  print(f"mesh: data={sizes['data']} fsdp={sizes['fsdp']} tensor={sizes['tensor']}  rollout rows per step: {rows}")
-  print("per-device memory estimate:")
-  print(plan.table())
-  return plan
-
-
-# --------------------------------------------------------------------------------------------------
-# The trainer.
 
 
 @dataclasses.dataclass
@@ -200,40 +88,28 @@ class RLTrainer:
       (self.workdir / "config.json").write_text(c.to_json_best_effort(indent=2, sort_keys=True) + "\n")
     self.task = task_lib.build_task(c)
     tok = self.task.tokenizer
-    self.mesh = build_mesh(c)
-    self.arch = model_config(c, vocab_size=len(tok))
-    actor = build_model(c, self.arch, self.mesh, head="lm")
+    self.mesh = build.build_mesh(c)
+    self.arch = build.model_config(c, vocab_size=len(tok))
+    actor = build.build_model(c, self.arch, self.mesh, head="lm")
     self.actor_graphdef, actor_params = nnx.split(actor)
-    self.rollout_cfg = rollout_config(c, tok)
-    self.sampler = build_sampler(c, self.actor_graphdef, tok, self.rollout_cfg, self.mesh)
+    self.rollout_cfg = build.rollout_config(c, tok)
+    self.sampler = build.build_sampler(c, self.actor_graphdef, tok, self.rollout_cfg, self.mesh)
     self.sampling = SamplingParams(temperature=c.rollout.temperature, top_k=c.rollout.top_k, top_p=c.rollout.top_p)
     self.greedy = SamplingParams(greedy=True)
-    a, cr = c.actor, c.critic
-    updates_per_step = a.ppo_epochs * a.num_mini_batches
-    actor_tx = learner_lib.make_optimizer(lr=a.lr, warmup_steps=a.warmup_steps * updates_per_step,
-                                          weight_decay=a.weight_decay, grad_clip=a.grad_clip,
-                                          total_steps=c.trainer.total_steps * updates_per_step,
-                                          schedule=a.lr_schedule)
-    actor_cfg = learner_lib.ActorLossConfig(
-        clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
-        loss_agg_mode=a.loss_agg_mode, entropy_coef=a.entropy_coef, use_kl_loss=a.use_kl_loss,
-        kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type,
-        temperature=self.sampling.logprob_temperature)
-    state: dict[str, Any] = {"actor": actor_params, "actor_opt": actor_tx.init(actor_params),
-                             "rng": jax.random.key_data(jax.random.key(c.seed))}
-    critic_graphdef = critic_tx = None
+    state: dict[str, Any] = {"actor": actor_params, "rng": jax.random.key_data(jax.random.key(c.seed))}
+    critic_graphdef = None
     if c.algorithm.use_critic:
-      critic = build_model(c, self.arch, self.mesh, head="value")
-      critic_graphdef, critic_params = nnx.split(critic)
-      critic_tx = learner_lib.make_optimizer(lr=cr.lr, warmup_steps=cr.warmup_steps * updates_per_step,
-                                             weight_decay=cr.weight_decay, grad_clip=cr.grad_clip)
-      state["critic"], state["critic_opt"] = critic_params, critic_tx.init(critic_params)
-    if _needs_reference(c):
-      state["ref"] = _copy(actor_params)
-    self.learner = learner_lib.Learner(
-        self.actor_graphdef, actor_tx, actor_cfg, critic_graphdef=critic_graphdef, critic_tx=critic_tx,
-        critic_cfg=learner_lib.CriticLossConfig(clip_range_value=cr.clip_range_value,
-                                                loss_agg_mode=cr.loss_agg_mode))
+      critic_graphdef, critic_params = nnx.split(build.build_model(c, self.arch, self.mesh, head="value"))
+      if not c.model.path:  # a loaded critic already has the checkpoint's backbone
+        critic_params = build.critic_from_actor(critic_params, actor_params)
+      state["critic"] = critic_params
+    if build.needs_reference(c):
+      state["ref"] = build.copy_tree(actor_params)
+    self.learner = build.build_learner(c, self.actor_graphdef, critic_graphdef,
+                                       logprob_temperature=self.sampling.logprob_temperature)
+    state["actor_opt"] = self.learner.actor_tx.init(actor_params)
+    if c.algorithm.use_critic:
+      state["critic_opt"] = self.learner.critic_tx.init(state["critic"])
     self.replicated = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
     self.state = self._on_mesh(state)
     self.kl_ctrl = rl.make_kl_controller(c.algorithm.kl_ctrl, c.algorithm.kl_coef, c.algorithm.target_kl,
@@ -242,13 +118,14 @@ class RLTrainer:
                                          norm_by_std=c.algorithm.norm_by_std, whiten=c.algorithm.whiten)
     self._advantages = jax.jit(rl.compute_advantages, static_argnames=("name", "params"))
     self._kl_penalty = jax.jit(rl.apply_kl_penalty, static_argnames=("kind",))
-    self.data_iter = example_iterator(self.task.train, batch_size=c.trainer.batch_size, seed=c.data.shuffle_seed,
+    self.prompts_per_process = c.trainer.batch_size // jax.process_count()
+    self.data_iter = example_iterator(self.task.train, batch_size=self.prompts_per_process, seed=c.data.shuffle_seed,
                                       shard_index=jax.process_index(), shard_count=jax.process_count())
     self.batch_sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(("data", "fsdp")))
     self._take_rows = jax.jit(lambda batch, idx: jax.tree.map(lambda v: v[idx], batch),
                               out_shardings=self.batch_sharding)
     self.checkpointer = Checkpointer(self.workdir / "checkpoints", max_to_keep=c.trainer.max_to_keep)
-    self.fingerprint = fingerprint(c, self.arch)
+    self.fingerprint = build.fingerprint(c, self.arch)
     self.meta: dict[str, Any] = {}
 
   def _on_mesh(self, tree):
@@ -302,7 +179,10 @@ class RLTrainer:
     self.state["actor"] = params
     self.state["actor_opt"] = self._on_mesh(self.learner.actor_tx.init(params))
     if "ref" in self.state:
-      self.state["ref"] = _copy(params)
+      self.state["ref"] = build.copy_tree(params)
+    if "critic" in self.state:
+      self.state["critic"] = build.critic_from_actor(self.state["critic"], params)
+      self.state["critic_opt"] = self._on_mesh(self.learner.critic_tx.init(self.state["critic"]))
     self.meta.update(sft_seconds=time.perf_counter() - t0,
                      sft_examples=len(examples) + len(rag_examples) + len(reading_examples),
                      sft_rag_examples=len(rag_examples), sft_multi_hop_reading_examples=len(reading_examples),
@@ -385,7 +265,7 @@ class RLTrainer:
         [self.task.render(ex) for ex in examples], self.rollout_cfg, self.sampling, jax.random.fold_in(key, 0),
         samples_per_prompt=c.rollout.n_samples, ground_truths=[list(ex["answers"]) for ex in examples],
         data_sources=[ex["data_source"] for ex in examples],
-        group_offset=(step * jax.process_count() + jax.process_index()) * c.trainer.batch_size,
+        group_offset=(step * jax.process_count() + jax.process_index()) * self.prompts_per_process,
         check_env=False)
     return traj, evaluation.score_batch(traj, reward_style=c.algorithm.reward_style)
 
@@ -410,24 +290,28 @@ class RLTrainer:
     loss_mask, adv_mask = self._masks(dev)
     batch = {"input_ids": dev["input_ids"], "attention_mask": dev["attention_mask"],
              "responses": dev["response_ids"], "loss_mask": loss_mask, "advantage_mask": adv_mask}
-    old_logp, entropy = self.learner.log_probs(self.state["actor"], batch)
+    rows = batch["input_ids"].shape[0]  # global rows (all processes)
+    actor_micro = config_lib.micro_batches(c, "actor", rows, jax.device_count())
+    old_logp, entropy = self.learner.log_probs(self.state["actor"], batch, num_micro=actor_micro)
     action = dev["action_mask"].astype(jnp.float32)
     metrics: dict[str, Any] = {
         "logprob_drift_max": jnp.max(jnp.abs(old_logp - dev["sampler_logprobs"]) * action),
         "entropy": jnp.sum(entropy * action) / jnp.maximum(jnp.sum(action), 1.0)}
     batch["old_log_probs"] = old_logp
     if "ref" in self.state:
-      batch["ref_log_probs"], _ = self.learner.log_probs(self.state["ref"], batch)
+      batch["ref_log_probs"], _ = self.learner.log_probs(self.state["ref"], batch, num_micro=actor_micro,
+                                                         with_entropy=False)
     rewards = dev["token_level_rewards"]
     if c.algorithm.use_kl_in_reward:
       rewards, kl = self._kl_penalty(rewards, old_logp, batch["ref_log_probs"], action, self.kl_ctrl.value,
                                      kind=c.algorithm.kl_penalty)
       metrics["kl_in_reward"] = kl.value()
       metrics["kl_coef"] = self.kl_ctrl.value
-      self.kl_ctrl.update(float(kl.value()), traj.batch_size)
+      self.kl_ctrl.update(float(kl.value()), rows)
     values = None
     if c.algorithm.use_critic:
-      values = self.learner.values(self.state["critic"], batch)
+      values = self.learner.values(self.state["critic"], batch,
+                                   num_micro=config_lib.micro_batches(c, "critic", rows, jax.device_count()))
       batch["old_values"] = values
     batch["advantages"], batch["returns"] = self._advantages(
         c.algorithm.adv_estimator, rewards, adv_mask, values=values, group_ids=dev["group_ids"],
@@ -464,7 +348,7 @@ class RLTrainer:
         sums[k] = sums.get(k, 0.0) + float(v)
         counts[k] = counts.get(k, 0) + 1
 
-    update_actor = step >= c.trainer.critic_warmup
+    update_actor = step > c.trainer.critic_warmup  # steps count from 1: steps 1..critic_warmup train the critic only
     for epoch in range(c.actor.ppo_epochs):
       perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, 1000 + epoch), rows))
       for start in range(0, rows, mini_rows):
@@ -474,12 +358,12 @@ class RLTrainer:
         if c.algorithm.use_critic:
           self.state["critic"], self.state["critic_opt"], m = self.learner.critic_step(
               self.state["critic"], self.state["critic_opt"], mini,
-              num_micro=mini_rows // c.critic.micro_batch_size)
+              num_micro=config_lib.micro_batches(c, "critic", mini_rows, jax.device_count()))
           record(m)
         if update_actor:
           self.state["actor"], self.state["actor_opt"], m = self.learner.actor_step(
               self.state["actor"], self.state["actor_opt"], mini,
-              num_micro=mini_rows // c.actor.micro_batch_size)
+              num_micro=config_lib.micro_batches(c, "actor", mini_rows, jax.device_count()))
           record(m)
     out = {k: sums[k] / counts[k] for k in sums}
     for k in ("actor/skipped", "critic/skipped"):  # counts, not means
@@ -521,7 +405,7 @@ class RLTrainer:
         if step % c.trainer.eval_every == 0 or step == c.trainer.total_steps:
           summaries, _ = self.evaluate(self.task.validation, max_examples=c.trainer.eval_num_examples)
           for source, summary in summaries.items():
-            for k in ("em", "f1", "format", "score", "tool_calls"):
+            for k in ("em", "substring_acc", "f1", "format", "score", "tool_calls"):
               metrics[f"eval/{source}/{k}"] = summary[k]
         row = writer.write(step, metrics)
         reporting.update_progress(progress, row)
@@ -562,9 +446,13 @@ class RLTrainer:
     return summary
 
 
-def train(c: config_dict.ConfigDict, workdir: str | pathlib.Path) -> RunResult | memory.MemoryPlan:
-  """Validates the config, then either prints the dry-run memory plan or trains."""
+def train(c: config_dict.ConfigDict, workdir: str | pathlib.Path) -> RunResult | dry_run_lib.DryRunReport:
+  """Validates the config, then either sizes the run (`dry_run`: plan and compiled memory) or trains: after
+  refusing a real preset on the CPU backend (`backend.check_accelerator`) and printing the backend line."""
   config_lib.validate(c)
   if c.dry_run:
-    return dry_run(c)
+    return dry_run_lib.dry_run(c)
+  backend.check_accelerator(c)  # a real preset on a CPU-only jaxlib: refuse, naming the extra to install
+  if jax.process_index() == 0:
+    print(backend.describe_backend(), flush=True)
   return RLTrainer(c, workdir).run()
