@@ -6,7 +6,8 @@
 Writes `DIR/metrics.jsonl` (one JSON object per step), TensorBoard events, checkpoints under
 `DIR/checkpoints/` (rerunning with the same DIR resumes; SIGTERM saves and exits), `DIR/summary.json`,
 `DIR/curves.png` and the final policy as a Hugging Face checkpoint in `DIR/hf_export/`.
-`--config.dry_run=True` prints the parameter count and per-device memory plan and exits.
+`--config.dry_run=True` compiles every program of one step at the configured shapes (no weights) and prints
+each one's per-device memory beside the analytic plan, and whether the run fits `--config.dry_run_memory_gb`.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (metrics, checkpo
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  config = _CONFIG.value
+  if config.dry_run:  # before any backend exists: XLA reads its flags once
+    from agent_r1_jax.trainer.dry_run import use_memory_scheduler  # pylint: disable=import-outside-toplevel
+    use_memory_scheduler()
   from agent_r1_jax.distributed import maybe_initialize  # pylint: disable=import-outside-toplevel
   maybe_initialize()  # multi-host pods: before anything touches a JAX backend; a no-op for one process
-  config = _CONFIG.value
   if not config.dry_run and not _WORKDIR.value:
     raise app.UsageError("--workdir is required (a directory for metrics, checkpoints and the HF export)")
   from agent_r1_jax.trainer.loop import train  # pylint: disable=import-outside-toplevel

@@ -1,7 +1,9 @@
 """Static-shape bucketing: which padded sizes the sampler compiles for.
 
 Policy (each size is rounded up to a power of two, with a floor):
-  batch      B -> max(1, 2^ceil(log2 B))            (extra rows are inactive padding)
+  batch      B -> max(1, 2^ceil(log2 B)) up to 64, then the next multiple of 64 (extra rows are inactive
+                                                     padding; the paper's 640 rollout rows stay 640, where a
+                                                     power of two would sample 1024)
   prompt     P -> max(16, 2^ceil(log2 P))           (extra columns are left padding)
   extension  T -> max(8, 2^ceil(log2 T))            (observation tokens, right padded)
   segment    S -> max(8, 2^ceil(log2 W))            (output buffer of one decode segment; W = the
@@ -25,6 +27,7 @@ from collections.abc import Iterable
 MIN_PROMPT = 16
 MIN_EXTEND = 8
 MIN_SEGMENT = 8
+BATCH_STEP = 64
 
 
 def pow2_bucket(n: int, floor: int = 1) -> int:
@@ -34,7 +37,9 @@ def pow2_bucket(n: int, floor: int = 1) -> int:
 
 
 def batch_bucket(b: int) -> int:
-  return pow2_bucket(b, 1)
+  if b <= BATCH_STEP:
+    return pow2_bucket(b, 1)
+  return -(-int(b) // BATCH_STEP) * BATCH_STEP
 
 
 def prompt_bucket(p: int) -> int:

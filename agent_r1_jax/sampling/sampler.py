@@ -18,6 +18,7 @@ communicated and the sizes are the local ones.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 
@@ -28,7 +29,9 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from agent_r1_jax.models.config import Qwen2Config
-from agent_r1_jax.models.kv_cache import KVCache
+from agent_r1_jax.models.kv_cache import KEY_AXES, VALUE_AXES, KVCache
+from agent_r1_jax.models.qwen2 import merge_for_compute
+from agent_r1_jax.models.sharding import logical_to_spec
 from agent_r1_jax.sampling import buckets, multihost
 from agent_r1_jax.sampling.params import SamplingParams, StopReason
 from agent_r1_jax.sampling.sample import sample_tokens
@@ -83,7 +86,7 @@ def _config_from_graphdef(graphdef) -> Qwen2Config:
 
 
 def _prefill(graphdef, params, ids, mask, *, max_length, cache_dtype):
-  model = nnx.merge(graphdef, params)
+  model = merge_for_compute(graphdef, params)
   # The prompt attends over its own Pb slots only; the empty rest of the cache is appended afterwards.
   cache = KVCache.init(model.config, ids.shape[0], ids.shape[1], cache_dtype)
   hidden, cache = model.model(ids, mask, cache=cache)
@@ -91,7 +94,7 @@ def _prefill(graphdef, params, ids, mask, *, max_length, cache_dtype):
 
 
 def _extend(graphdef, params, cache, last_logits, ids, mask):
-  model = nnx.merge(graphdef, params)
+  model = merge_for_compute(graphdef, params)
   hidden, cache = model.model(ids, mask, cache=cache)
   n = mask.sum(axis=1)
   last_hidden = hidden[jnp.arange(ids.shape[0]), jnp.maximum(n - 1, 0)]
@@ -101,7 +104,7 @@ def _extend(graphdef, params, cache, last_logits, ids, mask):
 
 def _decode(graphdef, params, cache, last_logits, budgets, stop_ids, rng, *, sampling,
             width, pad_id):
-  model = nnx.merge(graphdef, params)
+  model = merge_for_compute(graphdef, params)
   head = model.head_kernel()
   b = budgets.shape[0]
   max_steps = jnp.max(budgets)
@@ -266,7 +269,48 @@ class Sampler:
     state = self._extend(params, state, rows, extend_length)
     return self._decode(params, state, budgets, sampling, rng, width)
 
+  def lower(self, params, *, rows: int, prompt_length: int, extend_length: int, width: int,
+            sampling: SamplingParams, only: str | None = None) -> dict[str, jax.stages.Lowered] | jax.stages.Lowered:
+    """The prefill, extend and decode programs of a rollout over `rows` global rows, lowered for abstract
+    inputs without running anything (`params` may hold `jax.ShapeDtypeStruct`s with shardings): call
+    `.compile().memory_analysis()` on them to size a run. Shapes are bucketed as a real rollout buckets them:
+    rows, prompt width `prompt_length`, observation width `extend_length`, segment width `width`. With
+    `only` ("prefill", "extend" or "decode"), that program alone."""
+    bb = buckets.batch_bucket(rows)
+    pb = min(buckets.prompt_bucket(prompt_length), self.max_cache_length)
+    rows_of = lambda shape, dtype, names=None: self._abstract(shape, dtype, names or ("batch",) + (None,) * (len(shape) - 1))
+    cache = jax.eval_shape(lambda: KVCache.init(self.config, bb, self.max_cache_length, self.cache_dtype))
+    cache = KVCache(k=tuple(rows_of(a.shape, a.dtype, KEY_AXES) for a in cache.k),
+                    v=tuple(rows_of(a.shape, a.dtype, VALUE_AXES) for a in cache.v),
+                    valid=rows_of(cache.valid.shape, cache.valid.dtype), lengths=rows_of((bb,), jnp.int32),
+                    cursor=rows_of((bb,), jnp.int32))
+    logits = rows_of((bb, self.config.vocab_size), jnp.float32)
+    tb = buckets.extend_bucket(extend_length)
+    rng = jax.eval_shape(lambda: jax.random.key(0))
+    programs = {
+        "prefill": lambda: _prefill_jit.lower(self.graphdef, params, rows_of((bb, pb), jnp.int32),
+                                              rows_of((bb, pb), jnp.int32), max_length=self.max_cache_length,
+                                              cache_dtype=self.cache_dtype),
+        "extend": lambda: _extend_jit.lower(self.graphdef, params, cache, logits, rows_of((bb, tb), jnp.int32),
+                                            rows_of((bb, tb), jnp.int32)),
+        "decode": lambda: _decode_jit.lower(self.graphdef, params, cache, logits, rows_of((bb,), jnp.int32),
+                                            self._abstract(self._stop_ids.shape, jnp.int32, (None,)),
+                                            self._abstract(rng.shape, rng.dtype, ()), sampling=sampling,
+                                            width=buckets.segment_bucket(width), pad_id=self.pad_id),
+    }
+    with jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext():
+      if only is not None:
+        return programs[only]()
+      return {name: lower() for name, lower in programs.items()}
+
   # -- helpers ---------------------------------------------------------------------------------
+
+  def _abstract(self, shape, dtype, names) -> jax.ShapeDtypeStruct:
+    """An abstract array, placed on the mesh by logical axis `names` (as the running sampler places it)."""
+    if self.mesh is None:
+      return jax.ShapeDtypeStruct(shape, dtype)
+    spec = logical_to_spec(shape, names, self.mesh)
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=jax.sharding.NamedSharding(self.mesh, spec))
 
   def _decode(self, params, state: SamplerState, budgets: np.ndarray, sampling: SamplingParams,
               rng: jax.Array, width: int) -> tuple[SamplerState, Segment]:
