@@ -16,13 +16,18 @@ usage: launch/tpu_pod.sh TPU_NAME ZONE [train flags...]
            --config.model.path=/mnt/models/Qwen2.5-3B-Instruct --config.data.prepared_dir=/mnt/data/mhqa \
            --config.tool.corpus_path=/mnt/data/wiki18.jsonl --workdir=/mnt/runs/grpo_3b
 
-The checkout, its virtual environment, the model, the data and --workdir must exist at the same paths on
-every worker (a shared disk or bucket mount: every process writes its part of each checkpoint there).
+The checkout, the model, the data and --workdir must exist at the same paths on every worker (a shared disk
+or bucket mount: every process writes its part of each checkpoint there). The default SETUP makes REPO_DIR/.venv
+if it is missing and installs JAX's TPU build into it, `pip install -e ".[tpu]"`, unless libtpu is already there
+(plain `pip install -e .` gives the CPU-only jaxlib, and a real preset then refuses to start). A checkout that
+the workers share: install once before the first launch (the workers would otherwise write the same .venv at
+once), e.g. on one worker: cd REPO_DIR && python3 -m venv .venv && .venv/bin/pip install -e ".[tpu]"
 
 environment (all optional):
   PROJECT    gcloud project (default: gcloud's configured project)
   REPO_DIR   the checkout on the workers (default: ~/agent_r1_jax)
-  SETUP      shell run on each worker before training (default: 'source .venv/bin/activate')
+  SETUP      shell run on each worker in REPO_DIR before training (default: the .venv and the tpu extra,
+             above; e.g. SETUP='source .venv/bin/activate' to use the environment as it is)
   PYTHON     interpreter on the workers (default: python)
   DRY_RUN=1  print the gcloud command instead of running it
 USAGE
@@ -42,8 +47,12 @@ ZONE="$2"
 shift 2
 
 REPO_DIR="${REPO_DIR:-~/agent_r1_jax}"
-SETUP="${SETUP:-source .venv/bin/activate}"
 PYTHON="${PYTHON:-python}"
+# The default set-up, in the workers' shell: the venv (made if missing) with JAX's TPU build (libtpu, the
+# `tpu` extra) installed when it is not there yet, so a run never falls back to the workers' CPUs.
+default_setup='{ test -d .venv || python3 -m venv .venv; } && source .venv/bin/activate'
+default_setup+=" && { ${PYTHON} -c 'import libtpu' 2>/dev/null || ${PYTHON} -m pip install -q -e '.[tpu]'; }"
+SETUP="${SETUP:-${default_setup}}"
 
 # The remote command is one string for the workers' shell: quote every train flag for it.
 train_args=""
