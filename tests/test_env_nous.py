@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import time
 
 import pytest
@@ -184,15 +185,36 @@ def test_bad_calls_become_distinct_error_observations(search_tool):
   assert "RuntimeError: exploded" in texts["tool_exception"]
 
 
-def test_pathological_json_is_an_invalid_json_observation():
+@pytest.fixture
+def default_int_digits_limit():
+  """Python's default int_max_str_digits (4300) for the test, whatever the interpreter was started with."""
+  previous = sys.get_int_max_str_digits()
+  sys.set_int_max_str_digits(4300)
+  yield
+  sys.set_int_max_str_digits(previous)
+
+
+def test_pathological_json_is_an_invalid_json_observation(default_int_digits_limit):
+  """Defects caught: a ValueError (an over-long integer literal) or RecursionError (deep nesting) escaping the
+  parser or reported as another error kind, and a lone surrogate echoed into an observation that cannot be
+  encoded (so not tokenized). Each case has one fixed outcome."""
   env = NousToolEnv([EchoTool()])
-  for body in ['{"name": "echo", "arguments": {"text": "a", "times": ' + "9" * 5000 + "}}",  # int too long to parse
-               "[" * 100_000, '{"name": "echo", "arguments": {"text": "\\ud800"}}']:
+  cases = [
+      ('{"name": "echo", "arguments": {"text": "a", "times": ' + "9" * 5000 + "}}", "invalid_json"),
+      ("[" * 100_000, "invalid_json"),  # json.loads raises RecursionError
+  ]
+  for body, kind in cases:
     obs, ok, active = env.step(f"<tool_call>{body}</tool_call>")
-    assert active and ok in ([False], [True])
-    obs.encode("utf-8")  # always encodable, so always tokenizable
-    if ok == [False]:
-      assert errors.PREFIXES["invalid_json"] in obs or errors.PREFIXES["invalid_arguments"] in obs
+    assert active and ok == [False], body[:60]
+    assert errors.PREFIXES[kind] in obs
+    assert not [k for k, p in errors.PREFIXES.items() if k != kind and p in obs]
+  assert "4300 digits" in env.step(f"<tool_call>{cases[0][0]}</tool_call>")[0]
+  assert "nested too deeply" in env.step(f"<tool_call>{cases[1][0]}</tool_call>")[0]
+  # A lone surrogate is valid JSON: the echo succeeds and the surrogate becomes "?" (UTF-8 "replace").
+  obs, ok, active = env.step('<tool_call>{"name": "echo", "arguments": {"text": "a\\ud800b"}}</tool_call>')
+  assert active and ok == [True]
+  assert "<tool_response>\na?b\n</tool_response>" in obs
+  obs.encode("utf-8")  # encodable, so tokenizable
 
 
 def test_truncation_and_parallel_calls():

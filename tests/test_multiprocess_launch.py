@@ -23,7 +23,10 @@ LAUNCH = REPO_ROOT / "launch"
 SCRIPTS = ("local_multiprocess.sh", "tpu_pod.sh", "gpu_slurm.sbatch")
 
 # A stand-in interpreter: records JAX_* variables and its arguments (one per line) in $RECORD_DIR, then
-# exits with $FAKE_EXIT_<process id> (default 0), or execs a long sleep when that is "sleep".
+# exits with $FAKE_EXIT_<process id> (default 0). Two other behaviours, synchronised through files, not time:
+#   "wait_for_term": writes $out.ready once its TERM trap is installed, then waits (up to 300 s, exiting 0); on
+#     TERM it writes $out.term and exits 143;
+#   "after_ready:N": waits until process 0 has written its .ready file, then exits N.
 FAKE_PYTHON = r"""#!/usr/bin/env bash
 set -euo pipefail
 out="$RECORD_DIR/process_${JAX_PROCESS_ID}"
@@ -31,7 +34,19 @@ env | grep -E '^(JAX_|XLA_FLAGS=)' | sort > "$out.env"
 printf '%s\n' "$@" > "$out.args"
 code_var="FAKE_EXIT_${JAX_PROCESS_ID}"
 code="${!code_var:-0}"
-if [[ "$code" == sleep ]]; then exec sleep 60; fi
+if [[ "$code" == wait_for_term ]]; then
+  child=""
+  trap 'echo TERM > "$out.term"; [[ -n "$child" ]] && kill "$child" 2>/dev/null; exit 143' TERM
+  sleep 300 &
+  child=$!
+  touch "$out.ready"
+  wait "$child" || true
+  exit 0
+fi
+if [[ "$code" == after_ready:* ]]; then
+  while [[ ! -e "$RECORD_DIR/process_0.ready" ]]; do sleep 0.05; done
+  exit "${code#after_ready:}"
+fi
 exit "$code"
 """
 
@@ -174,14 +189,18 @@ def test_local_multiprocess_starts_every_process_with_its_environment(tmp_path):
 
 
 def test_local_multiprocess_stops_the_others_and_returns_the_failure(tmp_path):
+  """Defects caught: a launcher that waits for the survivors instead of sending them TERM when one process
+  fails (process 0 would then finish its wait and write no marker), or that returns 0 / the wrong status."""
   fake = _executable(tmp_path / "python", FAKE_PYTHON)
   env = _clean_env(PYTHON=str(fake), RECORD_DIR=str(tmp_path), LOG_DIR=str(tmp_path / "logs"),
-                   FAKE_EXIT_0="sleep", FAKE_EXIT_1="3")
-  # Process 0 would sleep for 60 s: finishing well inside the timeout means the launcher stopped it.
+                   FAKE_EXIT_0="wait_for_term", FAKE_EXIT_1="after_ready:3")
+  # Process 1 fails once process 0 is waiting with its TERM trap set; the timeout is only a backstop.
   result = subprocess.run(["bash", str(LAUNCH / "local_multiprocess.sh"), "2"], env=env, capture_output=True,
-                          text=True, timeout=30)
+                          text=True, timeout=600)
   assert result.returncode == 3, result.stderr
   assert "exited with status 3" in result.stderr
+  # Process 0 was stopped by the launcher's TERM, not left to finish.
+  assert (tmp_path / "process_0.term").read_text().strip() == "TERM"
 
 
 @pytest.mark.parametrize("argv, message", [([], "usage:"), (["0"], "NUM_PROCESSES must be a positive integer")])
