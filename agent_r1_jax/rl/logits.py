@@ -21,11 +21,8 @@ from agent_r1_jax.rl.aggregation import Aggregate
 
 def token_log_probs(logits: jax.Array, token_ids: jax.Array, temperature: float = 1.0) -> jax.Array:
   """`log softmax(logits / temperature)[token]`: float32 `[B, T]` from logits `[B, T, V]`, ids `[B, T]`."""
-  z = jnp.asarray(logits, jnp.float32) / temperature
-  z = z - jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))  # exact for large logits
-  picked = jnp.take_along_axis(z, jnp.asarray(token_ids)[..., None].astype(jnp.int32), axis=-1)[..., 0]
-  # z[token] - logsumexp(z): the value of gathering from log_softmax(z), without its [B, T, V] output.
-  return picked - jax.nn.logsumexp(z, axis=-1)
+  logp = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32) / temperature, axis=-1)
+  return jnp.take_along_axis(logp, jnp.asarray(token_ids)[..., None].astype(jnp.int32), axis=-1)[..., 0]
 
 
 def entropy_from_logits(logits: jax.Array) -> jax.Array:
