@@ -24,9 +24,9 @@ Timing: every callable is warmed up once (compilation, first-call allocations), 
 alternately `--repeats` times; the table reports the median (each detail line also gives the fastest
 repeat); tokens/s = rows * (P + R) / seconds, padding included, as both sides compute it. PyTorch uses
 `torch.set_num_threads(os.cpu_count())`; XLA:CPU uses all cores by default. The float32 matmul rate and the
-load average are printed because these shared machines differ up to 4x, and other jobs may run: PyTorch's
-OpenMP threads slow down far more than XLA's under contention, so only a run whose load average stays near
-the bench's own (about the core count) compares the two fairly.
+load average are printed because these shared machines differ up to 4x, and so is the CPU share other
+processes used while each pass was timed: PyTorch's OpenMP threads slow down far more than XLA's under
+contention, so only a run where that share stays near 0% compares the two fairly.
 
   python bench/learner.py                          # both shapes
   python bench/learner.py --shapes=tiny --repeats=5
@@ -108,6 +108,40 @@ def matmul_gflops(n: int = 2048, repeats: int = 10) -> tuple[float, float]:
   return flops / t_jax / 1e9, flops / t_torch / 1e9
 
 
+class ForeignCpu:
+  """Share of the machine's CPU time used by other processes between `start()` and `share()`.
+
+  Busy time of all CPUs from /proc/stat minus this process's own user + system time (all its threads), as a
+  fraction of wall time x CPUs; None where /proc/stat is unreadable. The load average cannot show this: the
+  bench's own threads keep it near the core count either way.
+  """
+
+  def start(self) -> None:
+    self._begin = (self._busy(), self._own(), time.perf_counter())
+
+  def share(self) -> float | None:
+    busy, own, wall = self._busy(), self._own(), time.perf_counter()
+    if busy is None or self._begin[0] is None:
+      return None
+    foreign = (busy - self._begin[0]) - (own - self._begin[1])
+    return max(0.0, foreign / ((wall - self._begin[2]) * os.cpu_count()))
+
+  @staticmethod
+  def _busy() -> float | None:
+    try:
+      with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+      return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+  @staticmethod
+  def _own() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 def median_time(fn, repeats: int) -> float:
   times = []
   for _ in range(repeats):
@@ -122,6 +156,7 @@ class Timing:
   """Median and fastest of the repeats, in seconds."""
   median: float
   best: float
+  foreign: float | None = None  # CPU share other processes used meanwhile (`ForeignCpu`)
 
 
 def timed_pair(fn_a, fn_b, repeats: int) -> tuple[Timing, Timing]:
@@ -132,6 +167,8 @@ def timed_pair(fn_a, fn_b, repeats: int) -> tuple[Timing, Timing]:
   fn_a()
   fn_b()
   t_a, t_b = [], []
+  others = ForeignCpu()
+  others.start()
   for _ in range(repeats):
     start = time.perf_counter()
     fn_a()
@@ -139,7 +176,8 @@ def timed_pair(fn_a, fn_b, repeats: int) -> tuple[Timing, Timing]:
     start = time.perf_counter()
     fn_b()
     t_b.append(time.perf_counter() - start)
-  return (Timing(statistics.median(t_a), min(t_a)), Timing(statistics.median(t_b), min(t_b)))
+  foreign = others.share()
+  return (Timing(statistics.median(t_a), min(t_a), foreign), Timing(statistics.median(t_b), min(t_b), foreign))
 
 
 def report(what: str, tokens: int, ours: Timing, theirs: Timing) -> None:
@@ -147,7 +185,14 @@ def report(what: str, tokens: int, ours: Timing, theirs: Timing) -> None:
   print(f"  {what:9s} ours {tokens / ours.median:9.1f} tok/s ({ours.median * 1e3:8.1f} ms, best "
         f"{ours.best * 1e3:8.1f}) | torch {tokens / theirs.median:9.1f} tok/s ({theirs.median * 1e3:8.1f} ms, "
         f"best {theirs.best * 1e3:8.1f}) | ratio {theirs.median / ours.median:5.2f}x (best/best "
-        f"{theirs.best / ours.best:5.2f}x) | {load()}", flush=True)
+        f"{theirs.best / ours.best:5.2f}x) | {load()}, {others(ours.foreign)}", flush=True)
+
+
+def others(share: float | None) -> str:
+  """`ForeignCpu.share` as text."""
+  if share is None:
+    return "other processes' CPU share unknown"
+  return f"other processes used {100 * share:.0f}% of the CPUs"
 
 
 # --------------------------------------------------------------------------------------------------
