@@ -10,7 +10,7 @@ class StopReason(enum.IntEnum):
   """Why a row's segment ended (values are what `Segment.stop_reasons` holds)."""
 
   NONE = 0        # row inactive this segment (budget 0): sampled nothing
-  STOP_TOKEN = 1  # sampled a stop token (it is included in the segment)
+  STOP_TOKEN = 1  # completed a stop sequence, e.g. sampled a stop token (its tokens are in the segment)
   LENGTH = 2      # spent its budget without a stop token
 
 

@@ -5,7 +5,8 @@ Three jitted programs, all taking the model as `(graphdef static, params pytree)
   extend   `[Bb, Tb]` right-padded ragged new tokens appended at each row's cursor (incremental
            prefill: only the new tokens are encoded; the context is read from the cache);
   decode   one `lax.while_loop` per segment: sample -> record -> feed the token back, until every row
-           hit a stop token or its budget.
+           completed a stop sequence (a single stop token is a sequence of one; see `stop_sequences`)
+           or spent its budget.
 Cache and logits are donated to extend/decode. Shapes are bucketed (see `buckets`), so a multi-turn
 rollout compiles a small fixed set of programs; all input validation happens on the host first.
 
@@ -33,6 +34,7 @@ from agent_r1_jax.models.kv_cache import KEY_AXES, VALUE_AXES, KVCache
 from agent_r1_jax.models.qwen2 import merge_for_compute
 from agent_r1_jax.models.sharding import logical_to_spec
 from agent_r1_jax.sampling import buckets, multihost
+from agent_r1_jax.sampling import stop_sequences as stops_lib
 from agent_r1_jax.sampling.params import SamplingParams, StopReason
 from agent_r1_jax.sampling.sample import sample_tokens
 
@@ -68,7 +70,7 @@ class Segment:
   processes, or the caller's `width`; 0 when no row samples.
 
   tokens int32 `[B, W]` (pad_id after each row's length), logprobs float32 `[B, W]` (0 after length),
-  lengths int32 `[B]` (a sampled stop token counts), stop_reasons int32 `[B]` (`StopReason`).
+  lengths int32 `[B]` (the tokens of a completed stop sequence count), stop_reasons int32 `[B]` (`StopReason`).
   """
 
   tokens: np.ndarray
@@ -102,19 +104,21 @@ def _extend(graphdef, params, cache, last_logits, ids, mask):
   return cache, logits
 
 
-def _decode(graphdef, params, cache, last_logits, budgets, stop_ids, rng, *, sampling,
+def _decode(graphdef, params, cache, last_logits, budgets, stops, rng, *, sampling,
             width, pad_id):
+  """One segment. `stops` int32 `[N, K]` packed stop sequences (`stop_sequences.pack`); each row's window of
+  its last K tokens of this segment starts empty, so only this segment's tokens can complete a stop."""
   model = merge_for_compute(graphdef, params)
   head = model.head_kernel()
   b = budgets.shape[0]
   max_steps = jnp.max(budgets)
 
   def cond(carry):
-    step, _, _, _, _, _, done, _ = carry
+    step, _, _, _, _, _, done, _, _ = carry
     return (step < max_steps) & ~jnp.all(done)
 
   def body(carry):
-    step, cache, logits, tokens, logprobs, count, done, reason = carry
+    step, cache, logits, tokens, logprobs, count, done, reason, window = carry
     token, logprob = sample_tokens(logits, jax.random.fold_in(rng, step), sampling)
     active = ~done
     token = jnp.where(active, token, pad_id)
@@ -122,7 +126,8 @@ def _decode(graphdef, params, cache, last_logits, budgets, stop_ids, rng, *, sam
     logprobs = jax.lax.dynamic_update_slice(
         logprobs, jnp.where(active, logprob, 0.0)[:, None], (0, step))
     count = count + active.astype(jnp.int32)
-    stopped = active & jnp.any(token[:, None] == stop_ids[None, :], axis=1)
+    window = stops_lib.push(window, token)
+    stopped = active & stops_lib.completed(window, stops)
     exhausted = active & ~stopped & (count >= budgets)
     reason = jnp.where(stopped, int(StopReason.STOP_TOKEN),
                        jnp.where(exhausted, int(StopReason.LENGTH), reason))
@@ -130,12 +135,12 @@ def _decode(graphdef, params, cache, last_logits, budgets, stop_ids, rng, *, sam
     # of a segment: the next turn continues from it.
     hidden, cache = model.model(token[:, None], active[:, None].astype(jnp.int32), cache=cache)
     logits = jnp.where(active[:, None], model.logits(hidden[:, 0], head), logits)
-    return step + 1, cache, logits, tokens, logprobs, count, done | stopped | exhausted, reason
+    return step + 1, cache, logits, tokens, logprobs, count, done | stopped | exhausted, reason, window
 
   init = (jnp.int32(0), cache, last_logits, jnp.full((b, width), pad_id, jnp.int32),
           jnp.zeros((b, width), jnp.float32), jnp.zeros((b,), jnp.int32), budgets <= 0,
-          jnp.zeros((b,), jnp.int32))
-  _, cache, logits, tokens, logprobs, count, _, reason = jax.lax.while_loop(cond, body, init)
+          jnp.zeros((b,), jnp.int32), stops_lib.empty_window(b, stops))
+  _, cache, logits, tokens, logprobs, count, _, reason, _ = jax.lax.while_loop(cond, body, init)
   return cache, logits, tokens, logprobs, count, reason
 
 
@@ -161,7 +166,11 @@ class Sampler:
   Args:
     graphdef: `nnx.split(model)[0]` of a `Qwen2ForCausalLM`.
     max_cache_length: S, cache slots per row (prompt bucket + everything appended must fit).
-    stop_token_ids: ids that end a row's segment (e.g. `<|im_end|>`, `</tool_call>`).
+    stop_token_ids: single ids that end a row's segment (e.g. `<|im_end|>`, Qwen2.5's `</tool_call>`).
+    stop_sequences: id sequences that end a row's segment once its last sampled tokens spell one (e.g.
+      `</tool_call>` in a vocabulary where it is several tokens); a one-id sequence is a stop token. Only
+      tokens sampled in the segment count (see `stop_sequences`). At least one stop condition is needed
+      over both arguments.
     pad_id: id written after a row's end in returned tokens and used for padding inputs.
     cache_dtype: dtype of cached keys/values.
     mesh: run under this mesh: batch over (data, fsdp), KV heads over tensor, cache alike. It may span
@@ -169,30 +178,24 @@ class Sampler:
     config: the model config (found in `graphdef` when omitted).
   """
 
-  def __init__(self, graphdef, *, max_cache_length: int, stop_token_ids: Sequence[int],
-               pad_id: int, cache_dtype=jnp.float32, mesh: Mesh | None = None,
-               config: Qwen2Config | None = None):
+  def __init__(self, graphdef, *, max_cache_length: int, stop_token_ids: Sequence[int] = (),
+               stop_sequences: Sequence[Sequence[int]] = (), pad_id: int, cache_dtype=jnp.float32,
+               mesh: Mesh | None = None, config: Qwen2Config | None = None):
     self.graphdef = graphdef
     self.config = config or _config_from_graphdef(graphdef)
     vocab = self.config.vocab_size
     if not isinstance(max_cache_length, (int, np.integer)) or max_cache_length < 1:
       raise ValueError(f"max_cache_length must be a positive integer, got {max_cache_length!r}")
-    stop = [int(t) for t in stop_token_ids]
-    if not stop:
-      raise ValueError("stop_token_ids is empty; pass at least one id (e.g. <|im_end|>)")
-    unknown = [t for t in stop if not 0 <= t < vocab]
-    if unknown:
-      raise ValueError(f"unknown stop token id(s) {unknown}: the model vocabulary is [0, {vocab})")
+    seqs = stops_lib.normalize(stop_token_ids, stop_sequences, vocab_size=vocab)
     if not 0 <= int(pad_id) < vocab:
       raise ValueError(f"pad_id {pad_id} is outside the model vocabulary [0, {vocab})")
     self.max_cache_length = int(max_cache_length)
-    self.stop_token_ids = tuple(stop)
+    self.stop_sequences = seqs  # every stop condition, single ids included (as 1-tuples)
+    self.stop_token_ids = tuple(s[0] for s in seqs if len(s) == 1)
     self.pad_id = int(pad_id)
     self.cache_dtype = cache_dtype
     self.mesh = mesh
-    # Padded to a power of two with -1 (never sampled) so the stop list's length is not a shape.
-    self._stop_ids = np.full((buckets.pow2_bucket(len(stop), 4),), -1, np.int32)
-    self._stop_ids[:len(stop)] = stop
+    self._stops = stops_lib.pack(seqs)  # [N, K], bucketed: the count and lengths are not shapes
 
   # -- public API ------------------------------------------------------------------------------
 
@@ -224,7 +227,7 @@ class Sampler:
 
   def decode(self, params, state: SamplerState, budgets, sampling: SamplingParams,
              rng: jax.Array, *, width: int | None = None) -> tuple[SamplerState, Segment]:
-    """Samples one segment per row: until a stop token or `budgets[b]` tokens (0 = inactive).
+    """Samples one segment per row: until a stop sequence completes or `budgets[b]` tokens (0 = inactive).
 
     All-zero budgets are a valid call: it runs the same program (the loop exits at once), changes nothing
     and returns an empty segment, so a process whose rows have finished keeps step with the others.
@@ -294,7 +297,7 @@ class Sampler:
         "extend": lambda: _extend_jit.lower(self.graphdef, params, cache, logits, rows_of((bb, tb), jnp.int32),
                                             rows_of((bb, tb), jnp.int32)),
         "decode": lambda: _decode_jit.lower(self.graphdef, params, cache, logits, rows_of((bb,), jnp.int32),
-                                            self._abstract(self._stop_ids.shape, jnp.int32, (None,)),
+                                            self._abstract(self._stops.shape, jnp.int32, (None, None)),
                                             self._abstract(rng.shape, rng.dtype, ()), sampling=sampling,
                                             width=buckets.segment_bucket(width), pad_id=self.pad_id),
     }
@@ -318,7 +321,7 @@ class Sampler:
     padded[:state.batch_size] = budgets
     cache, logits, tokens, logprobs, count, reason = self._run(
         _decode_jit, self.graphdef, params, state.cache, state.last_logits, self._batch(padded),
-        self._replicated(self._stop_ids), self._replicated(rng), sampling=sampling,
+        self._replicated(self._stops), self._replicated(rng), sampling=sampling,
         width=buckets.segment_bucket(width), pad_id=self.pad_id)
     b = state.batch_size
     count = multihost.local_rows(count)
