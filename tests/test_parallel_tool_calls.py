@@ -22,7 +22,7 @@ from flax import nnx
 
 from agent_r1_jax.envs import NousToolEnv
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM
-from agent_r1_jax.rollout import EpisodeStop, run_episodes, validation
+from agent_r1_jax.rollout import EpisodeStop, run_episodes, stop_strings, validation
 from agent_r1_jax.rollout.synthetic_policy import add_token_chain, byte_tokenizer, chain_bonus
 from agent_r1_jax.sampling import SamplingParams
 from agent_r1_jax.tools import BaseTool, ToolResult
@@ -166,7 +166,7 @@ def test_check_sampler_refuses_stop_tokens_that_do_not_fit_the_env(policy):
   """Defects caught: a check that lets a parallel-calls env run with a sampler stopping on </tool_call> (a turn
   could never hold a second call) or a one-call env with a sampler that does not stop there."""
   graphdef, params = policy
-  special = validation.special_token_ids(TOK)
+  special = stop_strings.standalone_ids(TOK)
   samplers = {}
   for parallel in (True, False):
     c = _config(parallel)

@@ -9,6 +9,7 @@ produced. Expected layouts are built by hand or by a plain-Python per-row loop w
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Sequence
 
 import jax
@@ -585,11 +586,25 @@ def test_env_with_non_string_observation_fails_up_front():
   assert sampler.calls == []
 
 
-def test_tokenizer_without_tool_tokens_fails_up_front():
+def test_tokenizer_without_turn_tokens_fails_up_front():
+  config = RolloutConfig(max_prompt_length=64, max_response_length=100, max_turns=2, max_new_tokens_per_turn=10)
+  tok = byte_tokenizer(("<|endoftext|>", "<|im_end|>"))
+  sampler = ScriptedSampler([[enc(ANSWER)]], STOPS, PAD, 200)
+  with pytest.raises(ValueError, match=r"single ids: '<\|im_start\|>' -> \["):
+    run_episodes(sampler, None, ScriptedEnv(), tok, [prompt_text(0)], config, None, jax.random.key(0))
+  assert sampler.calls == []
+
+
+def test_multi_token_tool_call_close_needs_its_stop_sequence_up_front():
+  """`</tool_call>` may be several tokens (SmolLM2's vocabulary); a sampler that stops only on single ids then
+  lacks it, and the error names its token sequence."""
   config = RolloutConfig(max_prompt_length=64, max_response_length=100, max_turns=2, max_new_tokens_per_turn=10)
   tok = byte_tokenizer(("<|endoftext|>", "<|im_start|>", "<|im_end|>"))
-  sampler = ScriptedSampler([[enc(ANSWER)]], STOPS, PAD, 200)
-  with pytest.raises(ValueError, match=r"single ids: '<tool_call>' -> \[.*'</tool_call>'"):
+  close = tok.encode("</tool_call>", add_special_tokens=False)
+  assert len(close) == len("</tool_call>")
+  sampler = ScriptedSampler([[enc(ANSWER)]], [tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")],
+                            PAD, 200)
+  with pytest.raises(ValueError, match=re.escape(f"lack </tool_call> ({close})")):
     run_episodes(sampler, None, ScriptedEnv(), tok, [prompt_text(0)], config, None, jax.random.key(0))
   assert sampler.calls == []
 

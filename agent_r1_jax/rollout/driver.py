@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Sequence
 import jax
 import numpy as np
 
-from agent_r1_jax.rollout import validation
+from agent_r1_jax.rollout import stop_strings, validation
 from agent_r1_jax.rollout.batch import EpisodeStop, TrajectoryBatch
 from agent_r1_jax.rollout.config import RolloutConfig
 from agent_r1_jax.rollout.episode_state import EpisodeState
@@ -157,7 +157,8 @@ def run_episodes(
       rng)` -> `(state, segment)` with numpy `segment.tokens/logprobs [B,S]`, `lengths/stop_reasons [B]`.
     params: the policy parameters handed to every sampler call.
     env: `batch_step(list[str]) -> list[(observation: str, successes: list[bool], active: bool)]`.
-    tokenizer: a Hugging Face tokenizer with the Qwen2.5 special tokens (see `validation`).
+    tokenizer: a Hugging Face tokenizer with `<|im_start|>` / `<|im_end|>` as single ids (see `validation`);
+      `<tool_call>` / `</tool_call>` may be several tokens (turns are parsed as text).
     prompts: rendered chat prompts (strings, or their token ids) ending with the assistant header.
     config: the rollout limits.
     sampling: the sampler's (static) sampling parameters, passed through.
@@ -181,8 +182,8 @@ def run_episodes(
   # ---- everything a user can get wrong fails here, before anything is compiled ---------------------------
   if samples_per_prompt < 1:
     raise ValueError(f"samples_per_prompt must be >= 1, got {samples_per_prompt}")
-  special = validation.special_token_ids(tokenizer)
-  validation.check_sampler(sampler, config, special,
+  validation.special_token_ids(tokenizer)  # the observation framing's tokens are single ids
+  validation.check_sampler(sampler, config, stop_strings.standalone_ids(tokenizer),
                            parallel_tool_calls=bool(getattr(env, "parallel_tool_calls", False)))
   prompt_lists = _encode_prompts(tokenizer, prompts)
   validation.check_prompts(prompt_lists, config)

@@ -8,21 +8,20 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
 from agent_r1_jax.rollout.config import RolloutConfig
+from agent_r1_jax.rollout.stop_strings import TOOL_CALL_CLOSE, TURN_END, turn_stop_strings
 
 # What the Qwen2.5 / Hermes tool format needs as single tokens: the turn framing the env writes into
-# observations, and the tool-call delimiters the sampler stops on.
-TURN_END = "<|im_end|>"
+# observations (`<|im_start|>role\n ... <|im_end|>`). The tool-call delimiters may be several tokens (they are
+# parsed as text; the sampler stops on `</tool_call>`'s token sequence, see `stop_strings`).
 TURN_START = "<|im_start|>"
 TOOL_CALL_OPEN = "<tool_call>"
-TOOL_CALL_CLOSE = "</tool_call>"
-REQUIRED_SPECIAL_TOKENS = (TURN_START, TURN_END, TOOL_CALL_OPEN, TOOL_CALL_CLOSE)
+REQUIRED_SPECIAL_TOKENS = (TURN_START, TURN_END)
 
-
-def turn_stop_tokens(parallel_tool_calls: bool) -> tuple[str, ...]:
-  """The tokens a sampled turn ends on: the turn end, and `</tool_call>` when a turn holds one call (with
-  parallel calls the model closes the turn itself after writing every call)."""
-  return (TURN_END,) if parallel_tool_calls else (TURN_END, TOOL_CALL_CLOSE)
+# The strings a sampled turn ends on (kept under its old name: they were single tokens in Qwen2.5).
+turn_stop_tokens = turn_stop_strings
 
 # A tool call to a tool no env registers: a Nous-style env answers it with an error observation without
 # running anything, which exercises the observation path's types.
@@ -52,31 +51,47 @@ def special_token_ids(tokenizer: Any, tokens: Sequence[str] = REQUIRED_SPECIAL_T
   return ids
 
 
-def check_sampler(sampler: Any, config: RolloutConfig, ids: dict[str, int], *,
+def _sampler_stops(sampler: Any) -> set[tuple[int, ...]] | None:
+  """The sampler's stop sequences (`stop_sequences`, else its single `stop_token_ids`), or None if it has neither."""
+  seqs = getattr(sampler, "stop_sequences", None)
+  if seqs is not None:
+    return {tuple(int(t) for t in s) for s in seqs}
+  ids = getattr(sampler, "stop_token_ids", None)
+  return None if ids is None else {(int(t),) for t in ids}
+
+
+def check_sampler(sampler: Any, config: RolloutConfig, ids: dict[str, int | Sequence[int]], *,
                   parallel_tool_calls: bool = False) -> None:
   """The sampler's cache holds the prompt bucket + R slots and it stops on `turn_stop_tokens`: the turn end,
-  and `</tool_call>` exactly when a turn holds one call (with parallel calls it must not stop there)."""
+  and `</tool_call>` exactly when a turn holds one call (with parallel calls it must not stop there).
+
+  Args:
+    ids: the standalone tokenization of `<|im_end|>` and `</tool_call>` (`stop_strings.standalone_ids`); a
+      single id stands for a one-token sequence.
+  """
   cache = getattr(sampler, "max_cache_length", None)
   if cache is not None and cache < config.cache_length:
     raise ValueError(
         f"the sampler's max_cache_length ({cache}) cannot hold a prompt bucket plus max_response_length "
         f"({config.cache_length}); build the Sampler with max_cache_length >= config.cache_length = "
         f"{config.cache_length}")
-  stops = getattr(sampler, "stop_token_ids", None)
+  stops = _sampler_stops(sampler)
   if stops is None:
     return
-  stops = {int(i) for i in stops}
-  needed = {name: ids[name] for name in turn_stop_tokens(parallel_tool_calls)}
-  absent = [f"{name} ({i})" for name, i in needed.items() if i not in stops]
-  absent += [f"end_of_text id {i}" for i in config.end_of_text_ids if i not in stops]
+  as_seq = lambda v: (int(v),) if isinstance(v, (int, np.integer)) else tuple(int(t) for t in v)  # noqa: E731
+  needed = {name: as_seq(ids[name]) for name in turn_stop_tokens(parallel_tool_calls)}
+  absent = [f"{name} ({list(seq)})" for name, seq in needed.items() if seq not in stops]
+  absent += [f"end_of_text id {i}" for i in config.end_of_text_ids if (int(i),) not in stops]
   if absent:
-    raise ValueError(f"the sampler's stop_token_ids {sorted(stops)} lack {', '.join(absent)}; a turn must stop "
+    raise ValueError(f"the sampler's stop sequences {sorted(list(s) for s in stops)} lack {', '.join(absent)}; a turn must stop "
                      "on the turn end and, unless the env runs parallel tool calls, on </tool_call>, so each "
-                     "segment is one assistant action")
-  if parallel_tool_calls and ids[TOOL_CALL_CLOSE] in stops:
+                     "segment is one assistant action (build it with stop_sequences=stop_strings."
+                     "turn_stop_sequences(tokenizer, parallel_tool_calls))")
+  close = as_seq(ids[TOOL_CALL_CLOSE])
+  if parallel_tool_calls and close in stops:
     raise ValueError(f"the env runs parallel tool calls but the sampler stops on {TOOL_CALL_CLOSE} "
-                     f"({ids[TOOL_CALL_CLOSE]}), so a turn could never hold a second call; leave it out of "
-                     "stop_token_ids")
+                     f"({list(close)}), so a turn could never hold a second call; leave it out of the stop "
+                     "sequences")
 
 
 def check_prompts(prompts: Sequence[Sequence[int]], config: RolloutConfig) -> None:

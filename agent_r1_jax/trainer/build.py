@@ -18,7 +18,7 @@ from ml_collections import config_dict
 from agent_r1_jax.models import (Qwen2Config, Qwen2ForCausalLM, Qwen2ValueModel, abstract_model, load_hf_checkpoint,
                                  make_mesh, shard_model, state_shardings)
 from agent_r1_jax.rollout import RolloutConfig
-from agent_r1_jax.rollout.validation import turn_stop_tokens
+from agent_r1_jax.rollout.stop_strings import turn_stop_sequences
 from agent_r1_jax.sampling import Sampler
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import learner as learner_lib
@@ -90,10 +90,10 @@ def rollout_config(c: config_dict.ConfigDict, tokenizer: Any) -> RolloutConfig:
 def build_sampler(c: config_dict.ConfigDict, graphdef: nnx.GraphDef, tokenizer: Any, rcfg: RolloutConfig,
                   mesh) -> Sampler:
   """A turn ends on `<|im_end|>` or `<|endoftext|>`, and on `</tool_call>` unless several calls may share a
-  turn (`env.parallel_tool_calls`)."""
-  stops = [tokenizer.convert_tokens_to_ids(t)
-           for t in turn_stop_tokens(c.env.parallel_tool_calls) + ("<|endoftext|>",)]
-  return Sampler(graphdef, max_cache_length=rcfg.cache_length, stop_token_ids=stops,
+  turn (`env.parallel_tool_calls`); each as the tokenizer spells it (one id, or a sequence of ids plus its
+  boundary-merged spellings, see `rollout.stop_strings`)."""
+  stops = turn_stop_sequences(tokenizer, c.env.parallel_tool_calls)
+  return Sampler(graphdef, max_cache_length=rcfg.cache_length, stop_sequences=stops,
                  pad_id=int(tokenizer.pad_token_id), cache_dtype=getattr(jnp, c.rollout.cache_dtype), mesh=mesh)
 
 
