@@ -69,12 +69,13 @@ def run(*, workdir: str | None, hf_checkpoint: str | None, base_hf_checkpoint: s
   `config` is the `--config` ConfigDict (None: the workdir's config.json, or the tiny preset).
   """
   from agent_r1_jax.evaluation import datasets as datasets_lib, methods as methods_lib, report, runner  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.trainer import build, config as config_lib, task as task_lib  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.trainer import assets, build, config as config_lib, task as task_lib  # pylint: disable=import-outside-toplevel
 
   if bool(workdir) == bool(hf_checkpoint):
     raise ValueError("give exactly one of --workdir (a training run) or --hf_checkpoint (a Hugging Face directory)")
   chosen = methods_lib.get_methods(methods)
   c = task_config(config, workdir, hf_checkpoint)
+  assets.resolve(c)
   config_lib.validate(c)
   names = datasets_lib.select_datasets(c, datasets)
   task = task_lib.build_task(c)

@@ -222,3 +222,28 @@ def test_cli_reports_counts(release_dir, tmp_path):
   bad = subprocess.run(cmd[:3] + [f"--hotpotqa_dev={tmp_path / 'missing.json'}"], env=env, capture_output=True,
                        text=True, timeout=120, cwd=paths.REPO_ROOT)
   assert bad.returncode != 0 and "data file not found" in bad.stderr
+
+
+def test_held_out_questions_and_a_corpus_for_training(release_dir, tmp_path):
+  """Catches a dev question that is also a train question staying in its validation split (held-out numbers on
+  trained questions), and a corpus without the train paragraphs (RL on questions whose passages cannot be found)."""
+  train_rows = [_official_row(i, answer=f"answer {i}", question=f"Question {i}?") for i in range(4)]
+  dev_rows = [_official_row(i + 10, answer=f"answer {i}", question=f"  question {i}? ") for i in range(2, 6)]
+  (tmp_path / "train.json").write_text(json.dumps(train_rows))
+  (tmp_path / "dev.json").write_text(json.dumps(dev_rows))
+  kwargs = dict(hotpotqa_train=str(tmp_path / "train.json"), hotpotqa_dev=str(tmp_path / "dev.json"),
+                train_size=None, overwrite=True)
+  kept = prepare(output_dir=tmp_path / "plain", corpus_output=tmp_path / "plain.jsonl", **kwargs)
+  assert kept.split_sizes == {"train": 4, "validation_hotpotqa": 4} and kept.dropped_overlap == {}
+  plain_titles = {p.title for p in load_corpus(str(tmp_path / "plain.jsonl"))}
+  assert "T12a" in plain_titles and not plain_titles & {"T0a", "T0b", "D0"}  # default: validation paragraphs only
+  report = prepare(output_dir=tmp_path / "held", corpus_output=tmp_path / "held.jsonl", corpus_with_train=True,
+                   drop_dev_overlap=True, **kwargs)
+  # Dev questions 2 and 3 are train questions 2 and 3 up to case and spacing; 4 and 5 are new.
+  assert report.split_sizes == {"train": 4, "validation_hotpotqa": 2}
+  assert report.dropped_overlap == {"validation_hotpotqa": 2}
+  assert any("2 questions also in train left out" in line for line in report.lines())
+  held = tfds_store.load_split(tmp_path / "held", "multihopqa", "validation_hotpotqa")
+  assert sorted(e["question"].strip() for e in held) == ["question 4?", "question 5?"]
+  titles = {p.title for p in load_corpus(str(tmp_path / "held.jsonl"))}
+  assert {"T0a", "T0b", "D0", "T3a"} <= titles and {"T14a", "D15"} <= titles and "T12a" not in titles

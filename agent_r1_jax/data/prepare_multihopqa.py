@@ -39,6 +39,7 @@ class PrepareReport:
   train_composition: dict[str, int]
   prompt_tokens: dict[str, dict[str, float]]
   corpus_passages: int | None = None
+  dropped_overlap: dict[str, int] = dataclasses.field(default_factory=dict)  # split -> questions also in train
 
   def lines(self, max_ids: int = 10) -> list[str]:
     out = []
@@ -55,6 +56,8 @@ class PrepareReport:
     for split, size in self.split_sizes.items():
       extra = (" (" + ", ".join(f"{k} {v}" for k, v in self.train_composition.items()) + ")"
                if split == "train" else "")
+      if self.dropped_overlap.get(split):
+        extra += f" ({self.dropped_overlap[split]} questions also in train left out)"
       out.append(f"split {split}: {size} examples{extra}")
     for split, stats in self.prompt_tokens.items():
       out.append(f"prompt tokens {split} (first {int(stats['count'])}): min {int(stats['min'])}, "
@@ -84,6 +87,18 @@ def mix_train(pools: Mapping[str, Sequence[dict]], train_size: int | None, seed:
   return drawn
 
 
+def normalized_question(text: str) -> str:
+  """A question's identity across releases (case and whitespace differ between processed copies)."""
+  return " ".join(str(text).lower().split())
+
+
+def drop_overlap(examples: Sequence[dict], train: Sequence[dict]) -> tuple[list[dict], int]:
+  """`examples` without those whose question (`normalized_question`) is also a train question; and how many."""
+  seen = {normalized_question(e["question"]) for e in train}
+  kept = [e for e in examples if normalized_question(e["question"]) not in seen]
+  return kept, len(examples) - len(kept)
+
+
 def prompt_token_stats(tokenizer: Any, examples: Sequence[Mapping], limit: int = 1000) -> dict[str, float]:
   """Token counts of rendered prompts (with the search tool schema) over the first `limit` examples."""
   schema = [prompts.search_tool_schema()]
@@ -97,8 +112,14 @@ def prepare(*, hotpotqa_train: str | None = None, hotpotqa_dev: str | None = Non
             musique_dev: str | None = None, output_dir: str | pathlib.Path | None = None,
             dataset_name: str = DATASET_NAME, train_size: int | None = PAPER_TRAIN_SIZE, seed: int = 0,
             overwrite: bool = False, tokenizer: Any = None, prompt_stats_limit: int = 1000,
-            corpus_output: str | pathlib.Path | None = None) -> PrepareReport:
+            corpus_output: str | pathlib.Path | None = None, corpus_with_train: bool = False,
+            drop_dev_overlap: bool = False) -> PrepareReport:
   """Reads the given release files and writes the TFDS dataset; returns the report.
+
+  The corpus holds the validation splits' context paragraphs, and the train split's too with `corpus_with_train`
+  (a run that trains on real questions must be able to retrieve their passages). With `drop_dev_overlap`, a
+  validation question that is also a train question (different processed copies of one dev set share rows) is
+  left out of its split, so held-out numbers are held out.
 
   Raises:
     ValueError: when no input file is given, a file is missing or unreadable, a source yields no usable
@@ -129,6 +150,12 @@ def prepare(*, hotpotqa_train: str | None = None, hotpotqa_dev: str | None = Non
     train = mix_train(train_pools, train_size, seed)
     composition = {s: sum(1 for e in train if e["data_source"] == s) for s in sorted(train_pools)}
     splits = {"train": train, **splits}
+  dropped = {}
+  if drop_dev_overlap and "train" in splits:
+    for split in [name for name in splits if name != "train"]:
+      splits[split], dropped[split] = drop_overlap(splits[split], splits["train"])
+      if not splits[split]:
+        raise ValueError(f"every question of {split} is also a train question; give a different dev file")
   output_dir = pathlib.Path(output_dir) if output_dir else paths.cache_dir() / "datasets"
   dataset_dir = tfds_store.write_dataset(dataset_name, splits, output_dir, overwrite=overwrite,
                                          description="Multi-hop QA (HotpotQA, 2WikiMultihopQA, MuSiQue) for "
@@ -138,9 +165,10 @@ def prepare(*, hotpotqa_train: str | None = None, hotpotqa_dev: str | None = Non
   corpus_count = None
   if corpus_output:
     corpus_count = corpus_builder.write_corpus(
-        (e for split, rows in splits.items() if split != "train" for e in rows), corpus_output)
+        (e for split, rows in splits.items() if corpus_with_train or split != "train" for e in rows), corpus_output)
   return PrepareReport(dataset_dir=dataset_dir, reads=reads, split_sizes={s: len(r) for s, r in splits.items()},
-                       train_composition=composition, prompt_tokens=stats, corpus_passages=corpus_count)
+                       train_composition=composition, prompt_tokens=stats, corpus_passages=corpus_count,
+                       dropped_overlap=dropped)
 
 
 def _define_flags() -> None:
@@ -157,6 +185,8 @@ def _define_flags() -> None:
   flags.DEFINE_bool("overwrite", False, "Replace an existing dataset of the same name.")
   flags.DEFINE_string("tokenizer", None, "HF tokenizer directory: report prompt token counts with it.")
   flags.DEFINE_string("corpus_output", None, "Also write the validation contexts as a retrieval corpus JSONL.")
+  flags.DEFINE_bool("corpus_with_train", False, "Put the train split's contexts in the corpus too.")
+  flags.DEFINE_bool("drop_dev_overlap", False, "Leave out validation questions that are also train questions.")
   flags.DEFINE_alias("out_dir", "output_dir")
   flags.DEFINE_alias("corpus_out", "corpus_output")
 
@@ -173,7 +203,8 @@ def main(argv: Sequence[str]) -> None:
     report = prepare(hotpotqa_train=f.hotpotqa_train, hotpotqa_dev=f.hotpotqa_dev, twowiki_train=f.twowiki_train,
                      twowiki_dev=f.twowiki_dev, twowiki_aliases=f.twowiki_aliases, musique_dev=f.musique_dev,
                      output_dir=f.output_dir, dataset_name=f.dataset_name, train_size=f.train_size or None,
-                     seed=f.seed, overwrite=f.overwrite, tokenizer=tokenizer, corpus_output=f.corpus_output)
+                     seed=f.seed, overwrite=f.overwrite, tokenizer=tokenizer, corpus_output=f.corpus_output,
+                     corpus_with_train=f.corpus_with_train, drop_dev_overlap=f.drop_dev_overlap)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   print("\n".join(report.lines()))

@@ -35,7 +35,7 @@ from agent_r1_jax.models.sharding import place as place_on_mesh
 from agent_r1_jax.rollout import run_episodes
 from agent_r1_jax.sampling import SamplingParams
 from agent_r1_jax.sampling.multihost import agreed_max
-from agent_r1_jax.trainer import backend, build
+from agent_r1_jax.trainer import assets, backend, build
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import dry_run as dry_run_lib
 from agent_r1_jax.trainer import evaluation, learner as learner_lib, reporting, sft as sft_lib, task as task_lib
@@ -78,6 +78,7 @@ class RLTrainer:
   """Builds every component from a config and runs the loop in `run()`."""
 
   def __init__(self, c: config_dict.ConfigDict, workdir: str | pathlib.Path):
+    assets.resolve(c)
     config_lib.validate(c)
     self.c = c
     self.workdir = pathlib.Path(workdir)
@@ -153,14 +154,18 @@ class RLTrainer:
   # ---- warm-up and evaluation -------------------------------------------------------------------------
 
   def warmup(self, log) -> None:
-    """Supervised warm-up on the scripted expert's trajectories (synthetic task); see trainer/sft.py."""
+    """Supervised warm-up on expert trajectories (trainer/sft.py): the scripted expert in the synthetic world,
+    or, on real data, the supporting-facts expert (`data.supporting_facts_expert`) on the train split."""
     c, tok = self.c, self.task.tokenizer
-    if self.task.synthetic_files is None:
-      raise ValueError("sft.enabled needs the synthetic task (the scripted expert plays in the synthetic world); "
-                       "set --config.sft.enabled=False for real data")
     t0 = time.perf_counter()
     stages = sft_lib.parse_stages(c.sft.stages)
-    examples, rag_examples, reading_examples = self._warmup_examples()
+    if self.task.synthetic_files is None:
+      if any(stage.is_copy_drill for stage in stages):
+        raise ValueError(f"sft.stages={c.sft.stages!r} has a 'copy' stage, which only the synthetic task's "
+                         f"from-scratch model needs; drop it for real data")
+      examples, rag_examples, reading_examples = self._real_warmup_examples(), [], []
+    else:
+      examples, rag_examples, reading_examples = self._warmup_examples()
     drill, copy_stop = self._copy_drill(sum(s.steps * s.batch_size for s in stages if s.is_copy_drill))
     # Naive-RAG prompts carry passages and are longer than the tool loop's; like evaluate's naive_rag, they
     # may use the context window beyond rollout.max_prompt_length.
@@ -190,6 +195,17 @@ class RLTrainer:
     if self.is_chief and copy_stop is not None:
       print(f"copy drill: {result.copy_steps} steps, held-out drill loss {result.drill_loss:.3f} "
             f"(target {c.sft.copy_target_loss})", flush=True)
+
+  def _real_warmup_examples(self) -> list:
+    """Tokenized supporting-facts expert episodes on the train split (searches through the run's own env)."""
+    from agent_r1_jax.data.sft import tokenize_trajectory  # pylint: disable=import-outside-toplevel
+    from agent_r1_jax.data.supporting_facts_expert import supporting_facts_trajectories  # pylint: disable=import-outside-toplevel
+    trajectories = supporting_facts_trajectories(list(self.task.train), self.task.env)
+    if self.is_chief:
+      print(f"supervised warm-up: {len(trajectories)} grounded expert episodes from {len(self.task.train)} train "
+            f"questions", flush=True)
+    return [tokenize_trajectory(self.task.tokenizer, self.task.render(t.question), t.segments,
+                                example_id=str(t.question["id"])) for t in trajectories]
 
   def _warmup_examples(self) -> tuple[list, list, list]:
     """(tool-loop SFT examples, naive-RAG SFT examples, multi-hop reading examples): the expert in the task
@@ -449,6 +465,7 @@ class RLTrainer:
 def train(c: config_dict.ConfigDict, workdir: str | pathlib.Path) -> RunResult | dry_run_lib.DryRunReport:
   """Validates the config, then either sizes the run (`dry_run`: plan and compiled memory) or trains: after
   refusing a real preset on the CPU backend (`backend.check_accelerator`) and printing the backend line."""
+  assets.resolve(c)
   config_lib.validate(c)
   if c.dry_run:
     return dry_run_lib.dry_run(c)

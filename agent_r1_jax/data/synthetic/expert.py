@@ -66,7 +66,8 @@ def _phrase(relation: str, subject: str, capital: bool = False) -> str:
   return text[0].upper() + text[1:] if capital else text
 
 
-def _tool_call(query: str) -> str:
+def tool_call_text(query: str) -> str:
+  """A `search(query)` call in the Nous format the environment parses."""
   call = json.dumps({"name": "search", "arguments": {"query": query}}, ensure_ascii=False)
   return f"<tool_call>\n{call}\n</tool_call>"
 
@@ -129,7 +130,7 @@ class ScriptedExpert:
     if step < searched:
       need = f"I need {_phrase(hops[step]['relation'], hops[step]['query'])}."
       thought = f"{known} Now {need}" if known else need
-      return f"<think>{thought}</think>\n{_tool_call(hops[step]['query'])}", False
+      return f"<think>{thought}</think>\n{tool_call_text(hops[step]['query'])}", False
     if guess is not None:
       thought = (f"{known} " if known else "") + f"I will guess {guess}."
       return f"<think>{thought}</think>\n<answer>{guess}</answer>{_IM_END}", True
