@@ -11,6 +11,11 @@ command line (`--config.rollout.max_turns=3`). Presets:
                 turn, 8192-token context, tool output cut to 2048 characters, lr 1e-6, KL 0.001, critic lr
                 1e-5 constant, PPO's actor frozen for the first 5 steps while the critic trains
                 (`trainer.critic_warmup`), gamma = lambda = 1, clip 0.2, retrieval top-5).
+  smollm2-135m  a real pretrained instruct model on real data, sized for a CPU: SmolLM2-135M-Instruct (the
+                shared GGUF file, converted on first use) on HotpotQA questions from the shared data (the IRCoT
+                500 to train, the distractor-setting 300 held out, questions in both left out), BM25 over their
+                context paragraphs, the paper's reward; a short supervised warm-up on supporting-fact
+                searches first teaches the call format (the raw model writes no tool calls).
 
 Algorithms differ only in these fields (the trainer never branches on the algorithm's name):
 
@@ -27,7 +32,7 @@ from __future__ import annotations
 import jax
 from ml_collections import config_dict
 
-from agent_r1_jax import rl
+from agent_r1_jax import paths, rl
 from agent_r1_jax.data.prompts import INSTRUCTION
 from agent_r1_jax.data.sources import DATA_SOURCES
 from agent_r1_jax.rewards import known_data_sources
@@ -42,7 +47,7 @@ ALGORITHMS: dict[str, dict] = {
     "rloo": dict(adv_estimator="rloo", use_critic=False, n_samples=5, kl="loss"),
 }
 
-PRESETS = ("tiny", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b")
+PRESETS = ("tiny", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "smollm2-135m")
 REAL_PRESETS = {"qwen2.5-0.5b": "qwen2_5_0_5b", "qwen2.5-1.5b": "qwen2_5_1_5b", "qwen2.5-3b": "qwen2_5_3b"}
 MASK_CHOICES = ("action", "response")
 TASK_SOURCES = ("synthetic", "multihopqa")
@@ -73,6 +78,8 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.model = config_dict.ConfigDict()
   c.model.path = config_dict.placeholder(str)     # local HF checkpoint dir (real presets)
   c.model.tokenizer_path = config_dict.placeholder(str)  # defaults to model.path / the synthetic tokenizer
+  # A GGUF checkpoint converted on first use into <cache>/models/<stem> when model.path is unset (trainer/assets.py).
+  c.model.gguf_path = config_dict.placeholder(str)
   c.model.shape_preset = REAL_PRESETS.get(preset, "")  # for dry_run without weights
   c.model.param_dtype = "float32"
   c.model.compute_dtype = "float32"
@@ -101,6 +108,10 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # scratch learns the call format from its warm-up data, not from this constant text.
   c.data.tools_in_prompt = True
   c.data.instruction = INSTRUCTION              # the line after `Question: ...` in the user turn
+  # Release files prepared on first use into <cache>/datasets/<name> (train split, validation_hotpotqa, and a
+  # corpus of every split's paragraphs) when data.prepared_dir is unset (trainer/assets.py).
+  c.data.prepare = config_dict.ConfigDict(dict(name="multihopqa_local", hotpotqa_train=config_dict.placeholder(str),
+                                               hotpotqa_dev=config_dict.placeholder(str)))
   c.data.synthetic = config_dict.ConfigDict(dict(
       seed=0, fact_seed=config_dict.placeholder(int), num_train=1200, num_validation=200, num_test=200))
 
@@ -241,6 +252,8 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
 
   if preset == "tiny":
     _apply_tiny(c)
+  elif preset == "smollm2-135m":
+    _apply_smollm2(c)
   else:
     _apply_real(c, preset)
   return c
@@ -334,6 +347,34 @@ def _apply_real(c: config_dict.ConfigDict, preset: str) -> None:
   c.critic.micro_batch_size_per_device = 1
   if c.algorithm.use_critic:
     c.trainer.critic_warmup = 5
+
+
+def _apply_smollm2(c: config_dict.ConfigDict) -> None:
+  """SmolLM2-135M-Instruct on real HotpotQA, sized for a 2-core CPU (see the module docstring).
+
+  Every step samples 16 episodes (16 prompts, or 4 x 4 samples for the group estimators: 4, not the paper's 5,
+  so the rows split over 1, 2, 4 or 8 devices) of up to 3 turns of 64 tokens, with two retrieved passages cut to
+  800 characters per observation; the learner runs float32 on micro-batches of 2 rows per device. The warm-up
+  trains 30 steps of 8 first turns (the search call), then 30 steps of 4 whole episodes (reading, answering).
+  """
+  shared = paths.shared_data_dir()
+  c.data.source = "multihopqa"
+  c.data.val_sources = ("hotpotqa",)
+  c.data.prepare.name = "hotpotqa_shared"
+  c.data.prepare.hotpotqa_train = str(shared / "hotpotqa" / "ircot_hotpotqa_dev_subsampled_500.jsonl")
+  c.data.prepare.hotpotqa_dev = str(shared / "hotpotqa" / "rpt_hotpot_dev_distractor_300a.jsonl")
+  c.model.gguf_path = str(shared / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+  c.tool.top_k = 2
+  c.env.max_tool_response_length = 800
+  c.rollout.update(dict(max_turns=3, max_new_tokens_per_turn=64, max_prompt_length=448, max_observation_tokens=256,
+                        max_response_length=768, max_context_length=1216))
+  if c.rollout.n_samples > 1:
+    c.rollout.n_samples = 4
+  c.trainer.update(dict(batch_size=16 // c.rollout.n_samples, total_steps=12, eval_every=12, save_every=4,
+                        eval_batch_size=32, eval_num_examples=200))
+  c.actor.update(dict(lr=1e-5, num_mini_batches=1, micro_batch_size_per_device=2))
+  c.critic.micro_batch_size_per_device = 2
+  c.sft.update(dict(enabled=True, stages="1:30:8,all:30:4", lr=5e-5, warmup_steps=5))
 
 
 def _check_choice(name: str, value, choices) -> None:
