@@ -96,7 +96,8 @@ def write_samples(path: pathlib.Path, records: Sequence[Any]) -> None:
 
 
 def plot_curves(workdir: pathlib.Path) -> pathlib.Path | None:
-  """`curves.png`: training reward and EM per step, each evaluation source's EM, and tool calls per episode."""
+  """`curves.png`: training reward, EM and format score per step, each evaluation source's EM, and tool calls per
+  episode."""
   rows = read_metrics(workdir)
   if not rows:
     return None
@@ -106,7 +107,7 @@ def plot_curves(workdir: pathlib.Path) -> pathlib.Path | None:
 
   fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
   steps = [r["step"] for r in rows]
-  for key, label in (("reward", "train reward"), ("em", "train EM")):
+  for key, label in (("reward", "train reward"), ("em", "train EM"), ("format", "train format score")):
     axes[0].plot(steps, [r.get(key) for r in rows], label=label)
   axes[0].set_xlabel("RL step")
   axes[0].legend()
