@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_r1_jax.envs import NousToolEnv
-from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM
+from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM, abstract_model
 from agent_r1_jax.rollout import stop_strings
 from agent_r1_jax.rollout.synthetic_policy import add_token_chain
 from agent_r1_jax.sampling import Sampler, SamplingParams, StopReason
@@ -66,9 +66,20 @@ def left_pad(rows):
 
 
 def tiny_model(vocab: int, seed: int) -> Qwen2ForCausalLM:
+  """A random 1-layer model (norm weights 1, everything else N(0, 0.1^2)), filled from numpy: initialising
+  it eagerly would compile an init program per shape (about 10 s for SmolLM2's vocabulary)."""
   config = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=8)
-  return Qwen2ForCausalLM(config, rngs=nnx.Rngs(seed))
+  model = abstract_model(config)
+  rng = np.random.default_rng(seed)
+
+  def fill(path, x):
+    if "norm" in jax.tree_util.keystr(path):
+      return jnp.ones(x.shape, x.dtype)
+    return jnp.asarray(rng.normal(0.0, 0.1, x.shape), x.dtype)
+
+  nnx.update(model, jax.tree_util.tree_map_with_path(fill, nnx.state(model)))
+  return model
 
 
 # -- the window on its own ---------------------------------------------------------------------------------
@@ -178,7 +189,7 @@ STOP_SEQS = st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=4).map(tup
 
 
 @settings(max_examples=20, deadline=None)
-@given(stops=STOP_SEQS, budgets=st.lists(st.integers(0, 12), min_size=6, max_size=6), seed=st.integers(0, 10**6))
+@given(stops=STOP_SEQS, budgets=st.lists(st.integers(0, 8), min_size=6, max_size=6), seed=st.integers(0, 10**6))
 def test_random_streams_stop_as_the_reference_scan(random_model, stops, budgets, seed):
   """Temperature-1 sampling from a 4-token model: two segments (the second after random observations), each
   row's length and stop reason equal the reference scan of its own tokens."""
@@ -191,7 +202,7 @@ def test_random_streams_stop_as_the_reference_scan(random_model, stops, budgets,
                               jax.random.key(seed))
   check_segment(seg, stops, budgets)
   observations = [rng.integers(1, 4, size=rng.integers(0, 4)).tolist() for _ in range(6)]
-  budgets2 = rng.integers(0, 13, size=6)
+  budgets2 = rng.integers(0, 9, size=6)  # budgets <= 8: one segment bucket, so only K varies the program
   state, seg = sampler.continue_(params, state, observations, budgets2, SamplingParams(temperature=1.0),
                                  jax.random.key(seed + 1))
   check_segment(seg, stops, budgets2)
@@ -242,3 +253,42 @@ def test_smollm2_turn_stop_sequences(smollm2_tokenizer):
   assert firsts == {"</", "Ġ</", "></"}  # every SmolLM2 piece ending with "</"
   assert stop_strings.turn_stop_sequences(tok, parallel_tool_calls=True) == ((im_end,), (eot,))
   assert stop_strings.standalone_ids(tok) == {"<|im_end|>": (im_end,), "</tool_call>": close}
+
+
+def test_smollm2_rollout_stops_on_the_multi_token_close(smollm2_tokenizer):
+  """The trainer's sampler (`build.build_sampler`) over SmolLM2's vocabulary, driven by `run_episodes`: a tiny
+  random model edited to write `</ tool _ call >` then `<|im_end|>` after the assistant header (`Ċ`), and
+  `Ġ</ tool _ call >` after `ok`. With one call per turn each segment ends on the close (the standalone and the
+  space-merged spelling), with parallel calls on `<|im_end|>`.
+
+  Defects caught: build_sampler looking `</tool_call>` up as one token, the rollout's up-front check refusing
+  a tokenizer whose `</tool_call>` is several tokens, the variant spelling missing on device."""
+  from agent_r1_jax.rollout import EpisodeStop, run_episodes  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.trainer import build  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.trainer.config import base_config  # pylint: disable=import-outside-toplevel
+
+  tok = smollm2_tokenizer
+  pid = tok.convert_tokens_to_ids
+  chain = [("Ċ", "</"), ("ok", "Ġ</"), ("</", "tool"), ("Ġ</", "tool"), ("tool", "_"), ("_", "call"), ("call", ">"),
+           (">", "<|im_end|>")]
+  model = tiny_model(vocab=len(tok), seed=0)
+  add_token_chain(model, {pid(a): {pid(b): 20.0} for a, b in chain})
+  graphdef, params = nnx.split(model)
+  header = "<|im_start|>user\nLook it up.<|im_end|>\n<|im_start|>assistant\n"
+  prompts_text = [header, header + "ok"]
+  assert tok.convert_ids_to_tokens(tok.encode(prompts_text[1], add_special_tokens=False))[-1] == "ok"
+  close = [pid(p) for p in CLOSE]
+  for parallel, turns in ((False, [close, [pid("Ġ</")] + close[1:]]),
+                          (True, [close + [2], [pid("Ġ</")] + close[1:] + [2]])):
+    c = base_config("grpo", "tiny")
+    c.env.parallel_tool_calls = parallel
+    c.rollout.update(dict(max_turns=1, max_prompt_length=32, max_new_tokens_per_turn=8, max_response_length=16,
+                          max_context_length=64, max_observation_tokens=None))
+    rcfg = build.rollout_config(c, tok)
+    sampler = build.build_sampler(c, graphdef, tok, rcfg, build.build_mesh(c))
+    env = NousToolEnv([], parallel_tool_calls=parallel)
+    batch = run_episodes(sampler, params, env, tok, prompts_text, rcfg, GREEDY, jax.random.key(0))
+    for b, turn in enumerate(turns):
+      n = int(batch.response_mask[b].sum())
+      assert batch.response_ids[b, :n].tolist() == turn, (parallel, b)
+    assert (batch.stop_reason == EpisodeStop.ANSWER).all() and (batch.num_tool_calls == 0).all()
