@@ -319,9 +319,9 @@ def test_malformed_config(tmp_path):
 def test_unsupported_architecture(ckpt, tmp_path):
   path, _ = ckpt
   cfg = json.loads((path / "config.json").read_text())
-  cfg.update(model_type="llama", architectures=["LlamaForCausalLM"])
+  cfg.update(model_type="mistral", architectures=["MistralForCausalLM"])
   (tmp_path / "config.json").write_text(json.dumps(cfg))
-  with pytest.raises(ConfigError, match="unsupported architecture.*llama"):
+  with pytest.raises(ConfigError, match="unsupported architecture.*mistral"):
     load_hf_checkpoint(tmp_path)
 
 

@@ -1,4 +1,7 @@
-"""Hugging Face checkpoint import/export for the NNX Qwen2 models.
+"""Hugging Face checkpoint import/export for the NNX Qwen2 models (Qwen2/2.5 and the Llama family).
+
+A Llama checkpoint (`model_type: "llama"`) has the same tensors as a Qwen2 one minus the q/k/v biases; the
+model built from its config has no bias parameters, so the same name table serves both.
 
 Import builds the model abstractly (`nnx.eval_shape`, no memory), then creates every parameter with
 `jax.make_array_from_callback` on its rule-derived sharding: each device's shard is read from the
@@ -165,7 +168,7 @@ def load_hf_checkpoint(path: str | pathlib.Path, *, dtype: str | jnp.dtype = "fl
                        compute_dtype: str | jnp.dtype | None = None, mesh: Mesh | None = None,
                        head: str = "lm", remat: bool = False, attention_chunk_size: int = 0, seed: int = 0,
                        rules: LogicalRules = LOGICAL_RULES):
-  """Loads an HF Qwen2 checkpoint directory into a `Qwen2ForCausalLM` (or `Qwen2ValueModel`).
+  """Loads an HF Qwen2 or Llama checkpoint directory into a `Qwen2ForCausalLM` (or `Qwen2ValueModel`).
 
   Args:
     path: directory with `config.json` and `model.safetensors` or `model.safetensors.index.json`.
@@ -231,8 +234,8 @@ def load_hf_checkpoint(path: str | pathlib.Path, *, dtype: str | jnp.dtype = "fl
            and not n.endswith("rotary_emb.inv_freq")
            and not (head == "value" and n.startswith(("score.", "v_head.")))]
   if extra:
-    raise CheckpointError(f"{path}: unexpected tensors {sorted(extra)[:5]} for a Qwen2 model "
-                          f"({_describe(config)}); is config.json from the same model?")
+    raise CheckpointError(f"{path}: unexpected tensors {sorted(extra)[:5]} for a {config.model_type} "
+                          f"model ({_describe(config)}); is config.json from the same model?")
   state = nnx.from_flat_state([(p, var.replace(values[p]))
                                for p, var in nnx.to_flat_state(abs_state)])
   return nnx.merge(graphdef, state)
@@ -265,7 +268,8 @@ def _dtype(name) -> jnp.dtype:
 
 def save_hf_checkpoint(model: Qwen2ForCausalLM, path: str | pathlib.Path, *,
                        max_shard_bytes: int = 4 << 30) -> None:
-  """Writes `config.json` + `model.safetensors` (or shards + index) that transformers loads.
+  """Writes `config.json` + `model.safetensors` (or shards + index) that transformers loads, as
+  `Qwen2ForCausalLM` when the model has q/k/v biases and as `LlamaForCausalLM` when it has none.
 
   Tensors keep the parameter dtype. Arrays are gathered to the host one at a time. Under multi-host JAX every
   process must call this (the gathers are collective); only process 0 writes files.

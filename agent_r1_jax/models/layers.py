@@ -1,4 +1,4 @@
-"""Qwen2 building blocks in Flax NNX: RMSNorm, RoPE, grouped-query attention, SwiGLU MLP, decoder block.
+"""Qwen2 / Llama building blocks in Flax NNX: RMSNorm, RoPE, grouped-query attention, SwiGLU MLP, block.
 
 Parameters are stored in `param_dtype` and cast to `compute_dtype` at use; softmax, RMSNorm statistics
 and RoPE tables are float32. Kernel layouts keep heads as their own axis so tensor parallelism can
@@ -106,7 +106,8 @@ class RMSNorm(nnx.Module):
 
 
 class Attention(nnx.Module):
-  """Grouped-query self-attention with q/k/v biases, no output bias, optional KV cache.
+  """Grouped-query self-attention with q/k/v biases (only when `config.attention_bias`; a Llama-family
+  model has no bias parameters at all), no output bias, optional KV cache.
 
   With H query heads and K key/value heads, query head h reads key/value head h // (H/K).
   scores = q k^T / sqrt(hd) + mask (float32), weights = softmax over key slots; in blocks of
@@ -120,18 +121,23 @@ class Attention(nnx.Module):
     self.num_heads, self.num_kv_heads, self.head_dim = h, k, hd
     self.compute_dtype = compute_dtype
     self.attention_chunk_size = attention_chunk_size
+
+    def bias(shape, names):  # no parameter at all (not a zero one) for the Llama family
+      return param(rngs, shape, names, param_dtype, init="zeros") if config.attention_bias else None
+
     self.q_kernel = param(rngs, (d, h, hd), ("embed", "heads", "head_dim"), param_dtype)
-    self.q_bias = param(rngs, (h, hd), ("heads", "head_dim"), param_dtype, init="zeros")
+    self.q_bias = bias((h, hd), ("heads", "head_dim"))
     self.k_kernel = param(rngs, (d, k, hd), ("embed", "kv_heads", "head_dim"), param_dtype)
-    self.k_bias = param(rngs, (k, hd), ("kv_heads", "head_dim"), param_dtype, init="zeros")
+    self.k_bias = bias((k, hd), ("kv_heads", "head_dim"))
     self.v_kernel = param(rngs, (d, k, hd), ("embed", "kv_heads", "head_dim"), param_dtype)
-    self.v_bias = param(rngs, (k, hd), ("kv_heads", "head_dim"), param_dtype, init="zeros")
+    self.v_bias = bias((k, hd), ("kv_heads", "head_dim"))
     self.o_kernel = param(rngs, (h, hd, d), ("heads", "head_dim", "embed"), param_dtype)
 
   def _proj(self, x, kernel, bias):
+    """x `[B, T, D]` @ kernel `[D, N, hd]` (+ bias `[N, hd]` when there is one) -> `[B, T, N, hd]`."""
     cd = self.compute_dtype
-    return (jnp.einsum("btd,dnh->btnh", x, kernel[...].astype(cd))
-            + bias[...].astype(cd))
+    out = jnp.einsum("btd,dnh->btnh", x, kernel[...].astype(cd))
+    return out if bias is None else out + bias[...].astype(cd)
 
   def __call__(self, x: jax.Array, ctx: AttentionContext,
                cache_kv: tuple[jax.Array, jax.Array] | None = None

@@ -1,5 +1,8 @@
 """Qwen2 / Qwen2.5 decoder-only transformer (Flax NNX): backbone, causal LM head, value head.
 
+The same classes compute the Llama family (e.g. SmolLM2): a config with `attention_bias=False` builds the
+model without q/k/v biases (see `models.config`).
+
 One forward serves three uses, chosen by the `cache` argument:
   * full forward (training / scoring): no cache; keys are the call's own tokens;
   * prefill / incremental prefill: new tokens are written into a `KVCache` at each row's cursor;
