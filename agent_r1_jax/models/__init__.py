@@ -1,4 +1,5 @@
-"""Qwen2 / Qwen2.5 in Flax NNX with Hugging Face safetensors import/export and mesh sharding."""
+"""Qwen2 / Qwen2.5 and Llama-family (no biases, e.g. SmolLM2) decoders in Flax NNX, with Hugging Face
+safetensors import/export, GGUF conversion (`models.convert_gguf`) and mesh sharding."""
 
 from agent_r1_jax.models.config import (PRESETS, ConfigError, Qwen2Config, qwen2_5_0_5b,
                                         qwen2_5_1_5b, qwen2_5_3b, qwen2_5_7b)
