@@ -116,7 +116,15 @@ def test_sft_loss_is_the_mean_nll_of_action_tokens_only():
   batch = sft.learner_batch(examples, P, R, pad_id=0)
   model = Qwen2ForCausalLM(_config(), rngs=nnx.Rngs(5))
   graphdef, params = nnx.split(model)
-  got = float(sft.sft_loss(params, graphdef, {k: jnp.asarray(v) for k, v in batch.items()}))
+  jbatch = {k: jnp.asarray(v) for k, v in batch.items()}
+  got = float(sft.sft_loss(params, graphdef, jbatch))
+  # The LM head in blocks of 3 positions (R is not a multiple: the last block is padded) gives the same loss
+  # and gradient.
+  chunked_loss, chunked_grad = jax.value_and_grad(sft.sft_loss)(params, graphdef, jbatch, logits_chunk_size=3)
+  whole_loss, whole_grad = jax.value_and_grad(sft.sft_loss)(params, graphdef, jbatch)
+  np.testing.assert_allclose(float(chunked_loss), float(whole_loss), rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(chunked_grad), jax.tree.leaves(whole_grad)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-5)
   # Reference: each example alone, unpadded, through the full forward; NLL of its action tokens.
   nll, count = 0.0, 0
   for ex in examples:

@@ -224,6 +224,8 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.sft.warmup_steps = 20
   c.sft.weight_decay = 0.0
   c.sft.adam_b2 = 0.999                         # AdamW's second-moment decay
+  # Response positions per LM-head block of the warm-up loss (0: all at once; the tiny recipe is tuned at 0).
+  c.sft.logits_chunk_size = 0
   c.sft.expert_error_rate = 0.0                 # the expert guesses instead of searching with this probability
   c.sft.expert_guess_at = "each_hop"            # ... at every hop, or only at the "start" (see synthetic/expert.py)
   c.sft.expert_verbose_rate = 0.0               # its final answer is a full sentence with this probability
@@ -374,7 +376,7 @@ def _apply_smollm2(c: config_dict.ConfigDict) -> None:
                         eval_batch_size=32, eval_num_examples=200))
   c.actor.update(dict(lr=1e-5, num_mini_batches=1, micro_batch_size_per_device=2))
   c.critic.micro_batch_size_per_device = 2
-  c.sft.update(dict(enabled=True, stages="1:30:8,all:30:4", lr=5e-5, warmup_steps=5))
+  c.sft.update(dict(enabled=True, stages="1:30:8,all:30:4", lr=5e-5, warmup_steps=5, logits_chunk_size=128))
 
 
 def _check_choice(name: str, value, choices) -> None:
@@ -440,6 +442,8 @@ def validate(c: config_dict.ConfigDict) -> None:
   for name in ("logits_chunk_size", "attention_chunk_size"):
     if not isinstance(c.model[name], int) or c.model[name] < 0:
       raise ValueError(f"model.{name} must be an integer >= 0 (0: no chunking), got {c.model[name]!r}")
+  if not isinstance(c.sft.logits_chunk_size, int) or c.sft.logits_chunk_size < 0:
+    raise ValueError(f"sft.logits_chunk_size must be an integer >= 0 (0: no chunking), got {c.sft.logits_chunk_size!r}")
   if c.sft.enabled:
     from agent_r1_jax.trainer.sft import parse_stages  # pylint: disable=import-outside-toplevel
     parse_stages(c.sft.stages)

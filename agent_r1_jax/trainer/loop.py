@@ -179,7 +179,8 @@ class RLTrainer:
         copy_stop=copy_stop, single_turn_examples=rag_examples, reading_examples=reading_examples,
         lr=c.sft.lr, warmup_steps=c.sft.warmup_steps, weight_decay=c.sft.weight_decay, adam_b2=c.sft.adam_b2,
         prompt_length=prompt_length, response_length=c.rollout.max_response_length,
-        pad_id=int(tok.pad_token_id), seed=c.seed, length_multiple=c.trainer.length_multiple or None, log_fn=log)
+        pad_id=int(tok.pad_token_id), seed=c.seed, length_multiple=c.trainer.length_multiple or None, log_fn=log,
+        logits_chunk_size=c.sft.logits_chunk_size)
     params = result.params
     self.state["actor"] = params
     self.state["actor_opt"] = self._on_mesh(self.learner.actor_tx.init(params))

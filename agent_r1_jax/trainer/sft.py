@@ -111,10 +111,12 @@ def learner_batch(examples: Sequence[Any], prompt_length: int, response_length: 
           "responses": c["response_ids"], "loss_mask": c["action_mask"].astype(np.float32)}
 
 
-def sft_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: dict[str, jax.Array]) -> jax.Array:
-  """Token-mean NLL of the action tokens (see module docstring)."""
+def sft_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: dict[str, jax.Array], *,
+             logits_chunk_size: int = 0) -> jax.Array:
+  """Token-mean NLL of the action tokens (see module docstring); the LM head runs over blocks of
+  `logits_chunk_size` response positions (0: all at once), as in the RL learner."""
   model = nnx.merge(graphdef, params)
-  logp, _ = learner_lib.response_log_probs(model, batch)
+  logp, _ = learner_lib.response_log_probs(model, batch, chunk_size=logits_chunk_size)
   mask = batch["loss_mask"]
   return -jnp.sum(logp * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
@@ -127,14 +129,15 @@ def skipping(schedule: optax.Schedule, skipped: int) -> optax.Schedule:
 class SupervisedTrainer:
   """Jitted steps of `tx` on the SFT loss; parameters and optimizer state are passed in and out."""
 
-  def __init__(self, graphdef: nnx.GraphDef, tx: optax.GradientTransformation):
+  def __init__(self, graphdef: nnx.GraphDef, tx: optax.GradientTransformation, *, logits_chunk_size: int = 0):
     self.graphdef = graphdef
     self.tx = tx
+    self.chunk = logits_chunk_size
     self.step = jax.jit(self._step, donate_argnums=(0, 1))
-    self.loss = jax.jit(lambda params, batch: sft_loss(params, graphdef, batch))
+    self.loss = jax.jit(lambda params, batch: sft_loss(params, graphdef, batch, logits_chunk_size=self.chunk))
 
   def _step(self, params, opt_state, batch):
-    loss, grads = jax.value_and_grad(sft_loss)(params, self.graphdef, batch)
+    loss, grads = jax.value_and_grad(sft_loss)(params, self.graphdef, batch, logits_chunk_size=self.chunk)
     params, opt_state, upd = learner_lib.apply_update(self.tx, params, opt_state, grads)
     return params, opt_state, {"sft/loss": loss, "sft/grad_norm": upd["grad_norm"]}
 
@@ -201,7 +204,7 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
             pad_id: int, seed: int, length_multiple: int | None = 64, log_fn=None,
             drill_examples: Sequence[Any] = (), copy_stop: CopyStop | None = None,
             single_turn_examples: Sequence[Any] = (), reading_examples: Sequence[Any] = (),
-            adam_b2: float = 0.999) -> WarmupResult:
+            adam_b2: float = 0.999, logits_chunk_size: int = 0) -> WarmupResult:
   """Runs the warm-up `stages` (copy phase, then trajectory phase; see the module docstring).
 
   Copy-drill stages draw shuffled epochs of `drill_examples` (`data.synthetic.copy_drill`), the others of
@@ -212,7 +215,8 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
   (`length_multiple`; None pads to the full P and R). AdamW uses `adam_b2` as its second-moment decay.
   `log_fn(step, metrics)` receives the global step (0-based) and the stage's `sft/turns` (-1 for the copy
   drill), plus `sft/drill_loss` at each `copy_stop` check and, in the trajectory phase, `sft/total_steps` (the
-  warm-up's length once the copy phase has ended).
+  warm-up's length once the copy phase has ended). `logits_chunk_size` bounds the LM head's `[B, C, V]` block
+  (see `sft_loss`).
   """
   if not examples:
     raise ValueError("supervised warm-up has no examples (the expert produced no grounded trajectory)")
@@ -242,7 +246,7 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
 
   opt_state = adamw(schedule).init(params)
   if planned_copy:
-    trainer = SupervisedTrainer(graphdef, adamw(schedule))
+    trainer = SupervisedTrainer(graphdef, adamw(schedule), logits_chunk_size=logits_chunk_size)
     for stage in copy_stages:
       batches = _Batches([drill_examples], stage.batch_size, rng, layout)
       for _ in range(stage.steps):
@@ -260,7 +264,8 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
   copy_steps = step
 
   if total:
-    trainer = SupervisedTrainer(graphdef, adamw(skipping(schedule, planned_copy - copy_steps)))
+    trainer = SupervisedTrainer(graphdef, adamw(skipping(schedule, planned_copy - copy_steps)),
+                                logits_chunk_size=logits_chunk_size)
     for stage in trajectory_stages:
       whole = stage.turns == 0
       pools = [[first_turns(ex, stage.turns) for ex in examples], single_turn_examples if whole else (),
