@@ -16,6 +16,7 @@ from agent_r1_jax.models import load_hf_checkpoint, make_mesh
 from agent_r1_jax.sampling import (Sampler, SamplingParams, StopReason, allowed_tokens,
                                    compiled_programs, max_logprob_drift, rollout_compile_bound,
                                    sample_tokens)
+import padding
 
 VOCAB = 96
 PAD = 0
@@ -49,14 +50,8 @@ def tiny(tmp_path_factory):
 
 
 def left_pad(rows, width=None, pad=PAD):
-  """Left-padded `[B, width]` ids and their 0/1 mask (also used by test_sampler_multihost)."""
-  width = width or max(len(r) for r in rows)
-  ids = np.full((len(rows), width), pad, np.int32)
-  mask = np.zeros((len(rows), width), np.int32)
-  for i, r in enumerate(rows):
-    ids[i, width - len(r):] = r
-    mask[i, width - len(r):] = 1
-  return ids, mask
+  """Left-padded `[B, width]` ids and their 0/1 mask, PAD by default (also used by test_sampler_multihost)."""
+  return padding.left_pad(rows, pad=pad, width=width)
 
 
 PROMPTS = [[5, 17, 42, 9, 33, 71, 8, 12, 60], [11, 4, 90], [23, 7, 55, 61, 2, 19]]

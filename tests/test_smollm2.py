@@ -25,6 +25,7 @@ from agent_r1_jax.models import (ConfigError, Qwen2Config, count_params, load_hf
                                  save_hf_checkpoint)
 from agent_r1_jax.models import convert_gguf as convert_lib
 from agent_r1_jax.sampling import Sampler, SamplingParams
+import padding
 
 GGUF = pathlib.Path("smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
 IM_START, IM_END = 1, 2
@@ -93,15 +94,9 @@ def prompts(tokenizer) -> list[list[int]]:
   return rows
 
 
-def left_pad(rows: list[list[int]], pad: int = IM_END) -> tuple[np.ndarray, np.ndarray]:
-  """Left-padded ids `[B, T]` and their 0/1 mask."""
-  width = max(len(r) for r in rows)
-  ids = np.full((len(rows), width), pad, np.int32)
-  mask = np.zeros((len(rows), width), np.int32)
-  for i, r in enumerate(rows):
-    ids[i, width - len(r):] = r
-    mask[i, width - len(r):] = 1
-  return ids, mask
+def left_pad(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+  """Left-padded ids `[B, T]` (padded with `<|im_end|>`) and their 0/1 mask."""
+  return padding.left_pad(rows, pad=IM_END)
 
 
 def torch_logits(model, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:

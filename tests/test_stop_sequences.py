@@ -30,6 +30,7 @@ from agent_r1_jax.rollout import stop_strings
 from agent_r1_jax.rollout.synthetic_policy import add_token_chain
 from agent_r1_jax.sampling import Sampler, SamplingParams, StopReason
 from agent_r1_jax.sampling import stop_sequences as stops_lib
+import padding
 from smollm2_tokenizer import smollm2_tokenizer  # noqa: F401  (fixture)
 
 PAD = 0
@@ -56,13 +57,7 @@ def check_segment(seg, stops, budgets):
 
 
 def left_pad(rows):
-  width = max(len(r) for r in rows)
-  ids = np.full((len(rows), width), PAD, np.int32)
-  mask = np.zeros((len(rows), width), np.int32)
-  for i, r in enumerate(rows):
-    ids[i, width - len(r):] = r
-    mask[i, width - len(r):] = 1
-  return ids, mask
+  return padding.left_pad(rows, pad=PAD)
 
 
 def tiny_model(vocab: int, seed: int) -> Qwen2ForCausalLM:
