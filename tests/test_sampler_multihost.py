@@ -21,7 +21,7 @@ from agent_r1_jax.rollout import RolloutConfig, run_episodes
 from agent_r1_jax.rollout.synthetic_policy import byte_tokenizer
 from agent_r1_jax.sampling import Sampler, SamplingParams, StopReason, compiled_programs
 from test_sampler import left_pad
-from agent_r1_jax.sampling import sampler as sampler_module
+from agent_r1_jax.sampling import programs
 
 TOK = byte_tokenizer()
 PAD = TOK.pad_token_id
@@ -158,9 +158,9 @@ class SpySampler(Sampler):
   def _run(self, fn, *args, **kwargs):
     # prefill(graphdef, params, ids, mask), extend(..., cache, logits, ids, mask),
     # decode(..., cache, logits, budgets, stop_ids, rng)
-    name, arrays = {sampler_module._prefill_jit: ("prefill", args[2:4]),
-                    sampler_module._extend_jit: ("extend", args[4:6]),
-                    sampler_module._decode_jit: ("decode", args[4:5])}[fn]
+    name, arrays = {programs.prefill_jit: ("prefill", args[2:4]),
+                    programs.extend_jit: ("extend", args[4:6]),
+                    programs.decode_jit: ("decode", args[4:5])}[fn]
     self.calls.append((name, kwargs.get("width"), [np.asarray(a) for a in arrays]))
     return super()._run(fn, *args, **kwargs)
 

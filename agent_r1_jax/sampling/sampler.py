@@ -1,13 +1,6 @@
 """Jitted KV-cache sampler with multi-turn continuation.
 
-Three jitted programs, all taking the model as `(graphdef static, params pytree)`:
-  prefill  `[Bb, Pb]` left-padded prompts -> fresh cache + next-token logits of every row;
-  extend   `[Bb, Tb]` right-padded ragged new tokens appended at each row's cursor (incremental
-           prefill: only the new tokens are encoded; the context is read from the cache);
-  decode   one `lax.while_loop` per segment: sample -> record -> feed the token back, until every row
-           completed a stop sequence (a single stop token is a sequence of one; see `stop_sequences`)
-           or spent its budget.
-Cache and logits are donated to extend/decode. Shapes are bucketed (see `buckets`), so a multi-turn
+It drives the three jitted programs of `programs` (prefill, extend, decode). Shapes are bucketed (see `buckets`), so a multi-turn
 rollout compiles a small fixed set of programs; all input validation happens on the host first.
 
 Multi-host: each process passes only its local rows; every static size is derived from values all processes
@@ -26,17 +19,14 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 from jax.sharding import Mesh
 
 from agent_r1_jax.models.config import Qwen2Config
 from agent_r1_jax.models.kv_cache import KEY_AXES, VALUE_AXES, KVCache
-from agent_r1_jax.models.qwen2 import merge_for_compute
 from agent_r1_jax.models.sharding import logical_to_spec
-from agent_r1_jax.sampling import buckets, multihost
+from agent_r1_jax.sampling import buckets, multihost, programs
 from agent_r1_jax.sampling import stop_sequences as stops_lib
-from agent_r1_jax.sampling.params import SamplingParams, StopReason
-from agent_r1_jax.sampling.sample import sample_tokens
+from agent_r1_jax.sampling.params import SamplingParams
 
 
 @dataclasses.dataclass
@@ -85,79 +75,6 @@ def _config_from_graphdef(graphdef) -> Qwen2Config:
     if isinstance(value, Qwen2Config):
       return value
   raise ValueError("could not find a Qwen2Config in the graphdef; pass config= to Sampler")
-
-
-def _prefill(graphdef, params, ids, mask, *, max_length, cache_dtype):
-  model = merge_for_compute(graphdef, params)
-  # The prompt attends over its own Pb slots only; the empty rest of the cache is appended afterwards.
-  cache = KVCache.init(model.config, ids.shape[0], ids.shape[1], cache_dtype)
-  hidden, cache = model.model(ids, mask, cache=cache)
-  return cache.padded(max_length), model.logits(hidden[:, -1])  # left padding: last column is real
-
-
-def _extend(graphdef, params, cache, last_logits, ids, mask):
-  model = merge_for_compute(graphdef, params)
-  hidden, cache = model.model(ids, mask, cache=cache)
-  n = mask.sum(axis=1)
-  last_hidden = hidden[jnp.arange(ids.shape[0]), jnp.maximum(n - 1, 0)]
-  logits = jnp.where((n > 0)[:, None], model.logits(last_hidden), last_logits)
-  return cache, logits
-
-
-def _decode(graphdef, params, cache, last_logits, budgets, stops, rng, *, sampling,
-            width, pad_id):
-  """One segment. `stops` int32 `[N, K]` packed stop sequences (`stop_sequences.pack`); each row's window of
-  its last K tokens of this segment starts empty, so only this segment's tokens can complete a stop."""
-  model = merge_for_compute(graphdef, params)
-  head = model.head_kernel()
-  b = budgets.shape[0]
-  max_steps = jnp.max(budgets)
-
-  def cond(carry):
-    step, _, _, _, _, _, done, _, _ = carry
-    return (step < max_steps) & ~jnp.all(done)
-
-  def body(carry):
-    step, cache, logits, tokens, logprobs, count, done, reason, window = carry
-    token, logprob = sample_tokens(logits, jax.random.fold_in(rng, step), sampling)
-    active = ~done
-    token = jnp.where(active, token, pad_id)
-    tokens = jax.lax.dynamic_update_slice(tokens, token[:, None], (0, step))
-    logprobs = jax.lax.dynamic_update_slice(
-        logprobs, jnp.where(active, logprob, 0.0)[:, None], (0, step))
-    count = count + active.astype(jnp.int32)
-    window = stops_lib.push(window, token)
-    stopped = active & stops_lib.completed(window, stops)
-    exhausted = active & ~stopped & (count >= budgets)
-    reason = jnp.where(stopped, int(StopReason.STOP_TOKEN),
-                       jnp.where(exhausted, int(StopReason.LENGTH), reason))
-    # Feed the token back so it is in the cache and the next logits exist, even for the last token
-    # of a segment: the next turn continues from it.
-    hidden, cache = model.model(token[:, None], active[:, None].astype(jnp.int32), cache=cache)
-    logits = jnp.where(active[:, None], model.logits(hidden[:, 0], head), logits)
-    return step + 1, cache, logits, tokens, logprobs, count, done | stopped | exhausted, reason, window
-
-  init = (jnp.int32(0), cache, last_logits, jnp.full((b, width), pad_id, jnp.int32),
-          jnp.zeros((b, width), jnp.float32), jnp.zeros((b,), jnp.int32), budgets <= 0,
-          jnp.zeros((b,), jnp.int32), stops_lib.empty_window(b, stops))
-  _, cache, logits, tokens, logprobs, count, _, reason, _ = jax.lax.while_loop(cond, body, init)
-  return cache, logits, tokens, logprobs, count, reason
-
-
-_prefill_jit = jax.jit(_prefill, static_argnums=0, static_argnames=("max_length", "cache_dtype"))
-_extend_jit = jax.jit(_extend, static_argnums=0, donate_argnums=(2, 3))
-_decode_jit = jax.jit(_decode, static_argnums=0, donate_argnums=(2, 3),
-                      static_argnames=("sampling", "width", "pad_id"))
-
-
-def compiled_programs() -> int:
-  """Sampler programs compiled so far in this process (prefill + extend + decode caches).
-
-  The jitted functions are shared by all `Sampler`s, so samplers over the same model and shapes reuse
-  each other's programs; count one rollout's compilations as a difference.
-  """
-  jitted = (_prefill_jit, _extend_jit, _decode_jit)
-  return sum(f._cache_size() for f in jitted)  # pylint: disable=protected-access
 
 
 class Sampler:
@@ -218,7 +135,7 @@ class Sampler:
     pad_mask = np.zeros((bb, pb), np.int32)
     pad_ids[:b, pb - p:] = ids
     pad_mask[:b, pb - p:] = mask
-    cache, logits = self._run(_prefill_jit, self.graphdef, params, self._batch(pad_ids),
+    cache, logits = self._run(programs.prefill_jit, self.graphdef, params, self._batch(pad_ids),
                               self._batch(pad_mask), max_length=self.max_cache_length,
                               cache_dtype=self.cache_dtype)
     lengths = pad_mask.sum(1).astype(np.int32)
@@ -291,12 +208,12 @@ class Sampler:
     tb = buckets.extend_bucket(extend_length)
     rng = jax.eval_shape(lambda: jax.random.key(0))
     programs = {
-        "prefill": lambda: _prefill_jit.lower(self.graphdef, params, rows_of((bb, pb), jnp.int32),
+        "prefill": lambda: programs.prefill_jit.lower(self.graphdef, params, rows_of((bb, pb), jnp.int32),
                                               rows_of((bb, pb), jnp.int32), max_length=self.max_cache_length,
                                               cache_dtype=self.cache_dtype),
-        "extend": lambda: _extend_jit.lower(self.graphdef, params, cache, logits, rows_of((bb, tb), jnp.int32),
+        "extend": lambda: programs.extend_jit.lower(self.graphdef, params, cache, logits, rows_of((bb, tb), jnp.int32),
                                             rows_of((bb, tb), jnp.int32)),
-        "decode": lambda: _decode_jit.lower(self.graphdef, params, cache, logits, rows_of((bb,), jnp.int32),
+        "decode": lambda: programs.decode_jit.lower(self.graphdef, params, cache, logits, rows_of((bb,), jnp.int32),
                                             self._abstract(self._stops.shape, jnp.int32, (None, None)),
                                             self._abstract(rng.shape, rng.dtype, ()), sampling=sampling,
                                             width=buckets.segment_bucket(width), pad_id=self.pad_id),
@@ -320,7 +237,7 @@ class Sampler:
     padded = np.zeros(state.host_lengths.shape, np.int32)  # [Bb]: padding rows are inactive
     padded[:state.batch_size] = budgets
     cache, logits, tokens, logprobs, count, reason = self._run(
-        _decode_jit, self.graphdef, params, state.cache, state.last_logits, self._batch(padded),
+        programs.decode_jit, self.graphdef, params, state.cache, state.last_logits, self._batch(padded),
         self._replicated(self._stops), self._replicated(rng), sampling=sampling,
         width=buckets.segment_bucket(width), pad_id=self.pad_id)
     b = state.batch_size
@@ -342,7 +259,7 @@ class Sampler:
     for i, row in enumerate(rows):
       ids[i, :len(row)] = row
       mask[i, :len(row)] = 1
-    cache, logits = self._run(_extend_jit, self.graphdef, params, state.cache, state.last_logits,
+    cache, logits = self._run(programs.extend_jit, self.graphdef, params, state.cache, state.last_logits,
                               self._batch(ids), self._batch(mask))
     n = mask.sum(1).astype(np.int32)
     return SamplerState(cache, logits, state.batch_size, state.prompt_width,
@@ -447,4 +364,4 @@ def max_logprob_drift(sampler_logprobs: np.ndarray, learner_logprobs: np.ndarray
   return float(diff[mask].max())
 
 
-__all__ = ["Sampler", "SamplerState", "Segment", "compiled_programs", "max_logprob_drift"]
+__all__ = ["Sampler", "SamplerState", "Segment", "max_logprob_drift"]

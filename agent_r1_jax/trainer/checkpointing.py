@@ -8,12 +8,14 @@ A checkpoint at step `s` holds the state *after* `s` completed steps:
 Saves are asynchronous (orbax's background thread); `wait()` blocks until the last one is on disk.
 
 Resuming a workdir whose checkpoint was written by a different model or algorithm is refused with a message
-that names the mismatching fields, instead of failing later inside orbax with a shape error.
+that names the mismatching fields, instead of failing later inside orbax with a shape error. `Preemption` turns
+SIGTERM into a save after the current step.
 """
 
 from __future__ import annotations
 
 import pathlib
+import signal
 from typing import Any, Mapping
 
 import jax
@@ -73,3 +75,26 @@ class Checkpointer:
   def close(self) -> None:
     self._manager.wait_until_finished()
     self._manager.close()
+
+
+class Preemption:
+  """SIGTERM handler: the loop finishes the current step, saves, and exits cleanly."""
+
+  def __init__(self):
+    self.requested = False
+    self._previous = None
+
+  def __enter__(self):
+    try:
+      self._previous = signal.signal(signal.SIGTERM, self._handle)
+    except ValueError:  # not the main thread (e.g. a notebook worker): no handler
+      self._previous = None
+    return self
+
+  def _handle(self, signum, frame):
+    del signum, frame
+    self.requested = True
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-import signal
 import time
 from typing import Any
 
@@ -39,7 +38,8 @@ from agent_r1_jax.trainer import assets, backend, build
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import dry_run as dry_run_lib
 from agent_r1_jax.trainer import evaluation, learner as learner_lib, reporting, sft as sft_lib, task as task_lib
-from agent_r1_jax.trainer.checkpointing import Checkpointer
+from agent_r1_jax.trainer import warmup as warmup_lib
+from agent_r1_jax.trainer.checkpointing import Checkpointer, Preemption
 from agent_r1_jax.trainer.metrics import MetricsWriter
 
 
@@ -49,29 +49,6 @@ class RunResult:
   step: int
   preempted: bool
   summary: dict[str, Any]
-
-
-class _Preemption:
-  """SIGTERM handler: the loop finishes the current step, saves, and exits cleanly."""
-
-  def __init__(self):
-    self.requested = False
-    self._previous = None
-
-  def __enter__(self):
-    try:
-      self._previous = signal.signal(signal.SIGTERM, self._handle)
-    except ValueError:  # not the main thread (e.g. a notebook worker): no handler
-      self._previous = None
-    return self
-
-  def _handle(self, signum, frame):
-    del signum, frame
-    self.requested = True
-
-  def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
 
 
 class RLTrainer:
@@ -154,31 +131,18 @@ class RLTrainer:
   # ---- warm-up and evaluation -------------------------------------------------------------------------
 
   def warmup(self, log) -> None:
-    """Supervised warm-up on expert trajectories (trainer/sft.py): the scripted expert in the synthetic world,
-    or, on real data, the supporting-facts expert (`data.supporting_facts_expert`) on the train split."""
+    """Supervised warm-up (trainer/sft.py) on the expert episodes of `warmup.warmup_data`; afterwards the optimizer
+    state restarts and the reference and the critic's backbone become the warmed-up actor."""
     c, tok = self.c, self.task.tokenizer
     t0 = time.perf_counter()
     stages = sft_lib.parse_stages(c.sft.stages)
-    if self.task.synthetic_files is None:
-      if any(stage.is_copy_drill for stage in stages):
-        raise ValueError(f"sft.stages={c.sft.stages!r} has a 'copy' stage, which only the synthetic task's "
-                         f"from-scratch model needs; drop it for real data")
-      examples, rag_examples, reading_examples = self._real_warmup_examples(), [], []
-    else:
-      examples, rag_examples, reading_examples = self._warmup_examples()
-    drill, copy_stop = self._copy_drill(sum(s.steps * s.batch_size for s in stages if s.is_copy_drill))
-    # Naive-RAG prompts carry passages and are longer than the tool loop's; like evaluate's naive_rag, they
-    # may use the context window beyond rollout.max_prompt_length.
-    prompt_length = max([c.rollout.max_prompt_length] + [len(e.prompt_ids) for e in rag_examples])
-    if rag_examples and prompt_length + c.rollout.max_new_tokens_per_turn > c.rollout.max_context_length:
-      raise ValueError(f"a naive-RAG warm-up prompt has {prompt_length} tokens; with one turn it exceeds "
-                       f"rollout.max_context_length={c.rollout.max_context_length}. Lower --config.tool.top_k or "
-                       f"--config.env.max_tool_response_length, or set --config.sft.rag_questions=0")
+    data = warmup_lib.warmup_data(c, self.task, stages, verbose=self.is_chief)
+    examples, rag_examples, reading_examples = data.examples, data.rag_examples, data.reading_examples
     result = sft_lib.run_sft(
-        self.actor_graphdef, self.state["actor"], examples, stages=stages, drill_examples=drill,
-        copy_stop=copy_stop, single_turn_examples=rag_examples, reading_examples=reading_examples,
+        self.actor_graphdef, self.state["actor"], examples, stages=stages, drill_examples=data.drill,
+        copy_stop=data.copy_stop, single_turn_examples=rag_examples, reading_examples=reading_examples,
         lr=c.sft.lr, warmup_steps=c.sft.warmup_steps, weight_decay=c.sft.weight_decay, adam_b2=c.sft.adam_b2,
-        prompt_length=prompt_length, response_length=c.rollout.max_response_length,
+        prompt_length=data.prompt_length, response_length=c.rollout.max_response_length,
         pad_id=int(tok.pad_token_id), seed=c.seed, length_multiple=c.trainer.length_multiple or None, log_fn=log,
         logits_chunk_size=c.sft.logits_chunk_size)
     params = result.params
@@ -193,71 +157,9 @@ class RLTrainer:
                      sft_examples=len(examples) + len(rag_examples) + len(reading_examples),
                      sft_rag_examples=len(rag_examples), sft_multi_hop_reading_examples=len(reading_examples),
                      sft_copy_steps=result.copy_steps, sft_drill_loss=result.drill_loss)
-    if self.is_chief and copy_stop is not None:
+    if self.is_chief and data.copy_stop is not None:
       print(f"copy drill: {result.copy_steps} steps, held-out drill loss {result.drill_loss:.3f} "
             f"(target {c.sft.copy_target_loss})", flush=True)
-
-  def _real_warmup_examples(self) -> list:
-    """Tokenized supporting-facts expert episodes on the train split (searches through the run's own env)."""
-    from agent_r1_jax.data.sft import tokenize_trajectory  # pylint: disable=import-outside-toplevel
-    from agent_r1_jax.data.supporting_facts_expert import supporting_facts_trajectories  # pylint: disable=import-outside-toplevel
-    trajectories = supporting_facts_trajectories(list(self.task.train), self.task.env)
-    if self.is_chief:
-      print(f"supervised warm-up: {len(trajectories)} grounded expert episodes from {len(self.task.train)} train "
-            f"questions", flush=True)
-    return [tokenize_trajectory(self.task.tokenizer, self.task.render(t.question), t.segments,
-                                example_id=str(t.question["id"])) for t in trajectories]
-
-  def _warmup_examples(self) -> tuple[list, list, list]:
-    """(tool-loop SFT examples, naive-RAG SFT examples, multi-hop reading examples): the expert in the task
-    world and its siblings (no question naming a held-out entity), its one-hop episodes in fresh worlds, their
-    naive-RAG form, and its multi-hop episodes in other fresh worlds with the first turn as context."""
-    from agent_r1_jax.data.synthetic import (  # pylint: disable=import-outside-toplevel
-        expert_trajectories, held_out_entities, sft_examples, sibling_worlds)
-    from agent_r1_jax.data.synthetic.reading import (  # pylint: disable=import-outside-toplevel
-        multi_hop_reading, naive_rag_examples, one_hop_trajectories, task_relation_mix)
-    c, files, tok = self.c, self.task.synthetic_files, self.task.tokenizer
-    worlds = [(files, self.task.env)] + [(sibling, task_lib.synthetic_env(c, sibling))
-                                         for sibling in sibling_worlds(files, c.sft.sibling_worlds)]
-    held_out = held_out_entities(files)
-
-    def tokenized(trajectories):  # dropping any whose question names an entity of a held-out question
-      unseen = [t for t in trajectories if not held_out & set(t.question["question_entities"])]
-      return sft_examples(tok, unseen, self.task.prompt_tool_schemas, instruction=self.task.instruction)
-
-    trajs = [t for world, env in worlds
-             for t in expert_trajectories(world, "train", error_rate=c.sft.expert_error_rate,
-                                          guess_at=c.sft.expert_guess_at, verbose_rate=c.sft.expert_verbose_rate,
-                                          seed=c.seed, env=env)]
-    env_options = dict(top_k=c.tool.top_k, max_tool_response_length=c.env.max_tool_response_length,
-                       assistant_prefix=c.env.assistant_prefix, parallel_tool_calls=c.env.parallel_tool_calls)
-    mix = task_relation_mix(files.questions("train")) if c.sft.reading_relations == "task" else None
-    if c.sft.reading_worlds and c.sft.reading_questions:
-      trajs += one_hop_trajectories(files.config, worlds=c.sft.reading_worlds, seed=c.seed,
-                                    per_world=c.sft.reading_questions, env_options=env_options, relation_mix=mix)
-    examples = tokenized(trajs)
-    rag_examples = []
-    if c.sft.reading_worlds and c.sft.rag_questions:
-      rag_examples = naive_rag_examples(tok, files.config, worlds=c.sft.reading_worlds, seed=c.seed,
-                                        per_world=c.sft.rag_questions, env_options=env_options, relation_mix=mix)
-    reading = []
-    if c.sft.multi_hop_worlds and c.sft.multi_hop_questions:
-      reading = multi_hop_reading(files.config, worlds=c.sft.multi_hop_worlds, per_world=c.sft.multi_hop_questions,
-                                  seed=c.seed, env_options=env_options)
-    return examples, rag_examples, tokenized(reading)
-
-  def _copy_drill(self, count: int) -> tuple[list, sft_lib.CopyStop | None]:
-    """`count` copy-drill examples and, with `sft.copy_target_loss`, the early stop on 128 held-out drills."""
-    from agent_r1_jax.data.synthetic.copy_drill import copy_drill_examples  # pylint: disable=import-outside-toplevel
-    c, tok, schemas = self.c, self.task.tokenizer, self.task.prompt_tool_schemas
-    if not count:
-      return [], None
-    drill = copy_drill_examples(tok, count, seed=c.seed, tool_schemas=schemas)
-    if not c.sft.copy_target_loss:
-      return drill, None
-    held_out = copy_drill_examples(tok, 128, seed=c.seed + 10_000, tool_schemas=schemas)
-    return drill, sft_lib.CopyStop(target_loss=c.sft.copy_target_loss, held_out=held_out,
-                                   check_every=c.sft.copy_check_every)
 
   def evaluate(self, sources: dict, *, max_examples: int | None) -> tuple[dict, list]:
     c = self.c
@@ -414,7 +316,7 @@ class RLTrainer:
     writer = MetricsWriter(self.workdir, start_step=start + 1, enabled=self.is_chief)
     preempted = False
     progress = reporting.progress_bar(c.trainer.total_steps, start, c.trainer.progress_bar and self.is_chief)
-    with _Preemption() as preemption:
+    with Preemption() as preemption:
       step = start
       while step < c.trainer.total_steps:
         step += 1

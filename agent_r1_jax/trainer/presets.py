@@ -1,0 +1,139 @@
+"""What each preset sets on top of `config.base_config`'s defaults (the presets are listed in `config`'s docstring).
+
+`apply_preset(c, preset)` is called by `base_config`; each `apply_*` below documents why its values are what they
+are.
+"""
+
+from __future__ import annotations
+
+from ml_collections import config_dict
+
+from agent_r1_jax import paths
+
+
+def apply_preset(c: config_dict.ConfigDict, preset: str) -> None:
+  """Applies `preset` ("tiny", "smollm2-135m" or a real Qwen2.5 preset) to `c` in place."""
+  if preset == "tiny":
+    apply_tiny(c)
+  elif preset == "smollm2-135m":
+    apply_smollm2(c)
+  else:
+    apply_real(c, preset)
+
+
+def apply_tiny(c: config_dict.ConfigDict) -> None:
+  """CPU-sized settings of the offline default (synthetic world, from-scratch model).
+
+  Attention over the sequence dominates a CPU step, so the task is kept short: two-hop bridge questions
+  (search, read, search, read, answer: at most 3 turns), a prompt without the tool-schema block and the
+  instruction line (the from-scratch model learns the call format from warm-up, not from English), and the
+  top-2 passages per search. The world has twice the default entities so 1,600 training questions exist.
+
+  The model starts from random weights, so warm-up first gives it what pretraining gives a real LM: the copy
+  drill (`data.synthetic.copy_drill`: repeat a list of fresh random names, 600 steps of 32; AdamW's b2 = 0.95,
+  with which the drill's loss falls several times faster than with 0.999) and one-hop reading episodes in two
+  fresh worlds (`data.synthetic.reading`: other names, other facts, so the answer has to be copied out of the
+  observation; 800 per world, the relations asked in the task's proportions), 300 per world also in the
+  naive-RAG format (passages in the user turn). Then it imitates the scripted expert in stages of growing
+  length (first turns; two-turn prefixes; whole episodes), the whole episodes joined by 1,600 two-hop episodes
+  in each of two more fresh worlds whose first turn carries no loss (`reading.multi_hop_reading`: practice of
+  the read after the second observation that leaves the decision to search alone). The expert is the paper's
+  starting point in miniature: on 60% of the two-hop questions it answers from "memory" without searching
+  (`sft.expert_guess_at="start"`), like an instruct model that under-uses its tools, so the warmed-up policy
+  guesses and RL has to discover that searching pays. Rollouts sample at temperature 0.7 (the learner scores
+  them at the same temperature). Batches are padded to multiples of 16 tokens (`trainer.length_multiple`): the
+  prompts are ~30 tokens. Measured figures are in the README.
+  """
+  c.model.hidden_size = 128
+  c.model.intermediate_size = 384
+  c.data.synthetic.update(dict(hop_mix=(("bridge", 1.0),), num_train=1600, num_validation=200, num_test=200,
+                               num_countries=10, num_cities=60, num_people=480, num_films=300, num_bands=120,
+                               num_companies=160, num_universities=40))
+  c.data.tools_in_prompt = False
+  c.data.instruction = ""
+  c.rollout.max_turns = 3
+  c.rollout.max_prompt_length = 64
+  c.rollout.max_new_tokens_per_turn = 48
+  c.rollout.max_response_length = 384
+  c.rollout.max_context_length = 448
+  c.rollout.max_observation_tokens = 128
+  c.rollout.temperature = 0.7
+  c.env.max_tool_response_length = 600
+  c.tool.top_k = 2
+  c.actor.lr = 1e-4
+  c.actor.warmup_steps = 2
+  c.actor.num_mini_batches = 1
+  c.actor.micro_batch_size_per_device = 8
+  c.critic.lr = 1e-4
+  c.critic.micro_batch_size_per_device = 8
+  # 40 rollout rows per step for every algorithm: 8 prompts x 5 samples, or 40 prompts x 1 sample.
+  c.trainer.batch_size = 40 // c.rollout.n_samples
+  c.trainer.total_steps = 15
+  c.trainer.eval_every = 5
+  c.trainer.save_every = 5
+  c.trainer.length_multiple = 16
+  # Steps 0 (after warm-up), 5, 10, 15 are kept: evaluate's base_tool_call reads step 0.
+  c.trainer.max_to_keep = 4
+  c.trainer.eval_batch_size = 64
+  c.trainer.eval_num_examples = 64
+  c.sft.enabled = True
+  c.sft.stages = "copy:600:32,1:200:32,2:150:32,all:550:16"
+  c.sft.reading_worlds = 2
+  c.sft.reading_questions = 800
+  c.sft.reading_relations = "task"
+  c.sft.rag_questions = 300
+  c.sft.multi_hop_worlds = 2
+  c.sft.multi_hop_questions = 1600
+  c.sft.lr = 3e-3
+  c.sft.adam_b2 = 0.95
+  c.sft.expert_error_rate = 0.6
+  c.sft.expert_guess_at = "start"
+  c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=1, tensor=1))
+
+
+def apply_real(c: config_dict.ConfigDict, preset: str) -> None:
+  """The paper's setting on a real Qwen2.5-Instruct checkpoint.
+
+  PPO as the released script runs it: for the first 5 steps only the critic learns (the actor is frozen,
+  `trainer.critic_warmup = 5`) at a constant lr of 1e-5 (`critic.warmup_steps = 0`); the critic starts from
+  the policy's checkpoint with a fresh value head.
+  """
+  c.data.source = "multihopqa"
+  c.model.compute_dtype = "bfloat16"
+  c.model.remat = True
+  c.rollout.cache_dtype = "bfloat16"
+  # A token cap on one observation, for the sampler's static shapes: 2048 characters of retrieved English
+  # are ~500 tokens, so it does not bind in practice, but it bounds the widest extend program.
+  c.rollout.max_observation_tokens = 1024
+  c.actor.micro_batch_size_per_device = 1
+  c.critic.micro_batch_size_per_device = 1
+  if c.algorithm.use_critic:
+    c.trainer.critic_warmup = 5
+
+
+def apply_smollm2(c: config_dict.ConfigDict) -> None:
+  """SmolLM2-135M-Instruct on real HotpotQA, sized for a 2-core CPU (see the module docstring).
+
+  Every step samples 16 episodes (16 prompts, or 4 x 4 samples for the group estimators: 4, not the paper's 5,
+  so the rows split over 1, 2, 4 or 8 devices) of up to 3 turns of 64 tokens, with two retrieved passages cut to
+  800 characters per observation; the learner runs float32 on micro-batches of 2 rows per device. The warm-up
+  trains 30 steps of 8 first turns (the search call), then 30 steps of 4 whole episodes (reading, answering).
+  """
+  shared = paths.shared_data_dir()
+  c.data.source = "multihopqa"
+  c.data.val_sources = ("hotpotqa",)
+  c.data.prepare.name = "hotpotqa_shared"
+  c.data.prepare.hotpotqa_train = str(shared / "hotpotqa" / "ircot_hotpotqa_dev_subsampled_500.jsonl")
+  c.data.prepare.hotpotqa_dev = str(shared / "hotpotqa" / "rpt_hotpot_dev_distractor_300a.jsonl")
+  c.model.gguf_path = str(shared / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+  c.tool.top_k = 2
+  c.env.max_tool_response_length = 800
+  c.rollout.update(dict(max_turns=3, max_new_tokens_per_turn=64, max_prompt_length=448, max_observation_tokens=256,
+                        max_response_length=768, max_context_length=1216))
+  if c.rollout.n_samples > 1:
+    c.rollout.n_samples = 4
+  c.trainer.update(dict(batch_size=16 // c.rollout.n_samples, total_steps=12, eval_every=12, save_every=4,
+                        eval_batch_size=32, eval_num_examples=200))
+  c.actor.update(dict(lr=1e-5, num_mini_batches=1, micro_batch_size_per_device=2))
+  c.critic.micro_batch_size_per_device = 2
+  c.sft.update(dict(enabled=True, stages="1:30:8,all:30:4", lr=5e-5, warmup_steps=5, logits_chunk_size=128))
