@@ -20,9 +20,6 @@ TURN_START = "<|im_start|>"
 TOOL_CALL_OPEN = "<tool_call>"
 REQUIRED_SPECIAL_TOKENS = (TURN_START, TURN_END)
 
-# The strings a sampled turn ends on (kept under its old name: they were single tokens in Qwen2.5).
-turn_stop_tokens = turn_stop_strings
-
 # A tool call to a tool no env registers: a Nous-style env answers it with an error observation without
 # running anything, which exercises the observation path's types.
 _PROBE_RESPONSES = (
@@ -62,7 +59,7 @@ def _sampler_stops(sampler: Any) -> set[tuple[int, ...]] | None:
 
 def check_sampler(sampler: Any, config: RolloutConfig, ids: dict[str, int | Sequence[int]], *,
                   parallel_tool_calls: bool = False) -> None:
-  """The sampler's cache holds the prompt bucket + R slots and it stops on `turn_stop_tokens`: the turn end,
+  """The sampler's cache holds the prompt bucket + R slots and it stops on `turn_stop_strings`: the turn end,
   and `</tool_call>` exactly when a turn holds one call (with parallel calls it must not stop there).
 
   Args:
@@ -79,7 +76,7 @@ def check_sampler(sampler: Any, config: RolloutConfig, ids: dict[str, int | Sequ
   if stops is None:
     return
   as_seq = lambda v: (int(v),) if isinstance(v, (int, np.integer)) else tuple(int(t) for t in v)  # noqa: E731
-  needed = {name: as_seq(ids[name]) for name in turn_stop_tokens(parallel_tool_calls)}
+  needed = {name: as_seq(ids[name]) for name in turn_stop_strings(parallel_tool_calls)}
   absent = [f"{name} ({list(seq)})" for name, seq in needed.items() if seq not in stops]
   absent += [f"end_of_text id {i}" for i in config.end_of_text_ids if (int(i),) not in stops]
   if absent:

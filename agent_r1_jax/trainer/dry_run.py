@@ -34,7 +34,7 @@ from ml_collections import config_dict
 from agent_r1_jax import models
 from agent_r1_jax.models import Qwen2Config
 from agent_r1_jax.rollout import RolloutConfig
-from agent_r1_jax.rollout.validation import turn_stop_tokens
+from agent_r1_jax.rollout.stop_strings import turn_stop_strings
 from agent_r1_jax.sampling import Sampler, SamplingParams, buckets
 from agent_r1_jax.trainer import build
 from agent_r1_jax.trainer import config as config_lib
@@ -209,7 +209,7 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
   # Each program: (name, lower() -> Lowered, the state it takes as arguments). Lowered lazily, one at a time.
   def sampler_program(name):
     # Token ids are values, not shapes: any ids of the vocabulary compile the same sampler programs.
-    stops = range(len(turn_stop_tokens(c.env.parallel_tool_calls)) + 1)
+    stops = range(len(turn_stop_strings(c.env.parallel_tool_calls)) + 1)
     sampler = Sampler(actor_graphdef, max_cache_length=RolloutConfig.from_config(c.rollout).cache_length,
                       stop_token_ids=stops, pad_id=0, cache_dtype=getattr(jnp, c.rollout.cache_dtype), mesh=mesh)
     sampling = SamplingParams(temperature=c.rollout.temperature, top_k=c.rollout.top_k, top_p=c.rollout.top_p)
