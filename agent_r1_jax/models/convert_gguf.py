@@ -24,7 +24,6 @@ import importlib.util
 import json
 import pathlib
 from collections.abc import Sequence
-from typing import Any
 
 from agent_r1_jax.models.config import Qwen2Config
 
@@ -70,10 +69,9 @@ def convert_gguf(gguf_path: str | pathlib.Path, out_dir: str | pathlib.Path, *,
   (out_dir / MARKER).unlink(missing_ok=True)  # from here on the directory is unfinished
   source, name = str(gguf_path.parent), gguf_path.name
   tokenizer = transformers.AutoTokenizer.from_pretrained(source, gguf_file=name)
-  kwargs: dict[str, Any] = {}
-  if hasattr(transformers, "GgufConfig"):  # ask for dense weights even where packed kernels exist
-    kwargs["quantization_config"] = transformers.GgufConfig(gguf_file=name, dequantize=True)
-  model = transformers.AutoModelForCausalLM.from_pretrained(source, gguf_file=name, **kwargs)
+  # Dense weights even where packed GGUF kernels exist.
+  dense = transformers.GgufConfig(gguf_file=name, dequantize=True)
+  model = transformers.AutoModelForCausalLM.from_pretrained(source, gguf_file=name, quantization_config=dense)
   _check_dense(model, gguf_path)
   _drop_quantization(model)
   hf_config = model.config.to_dict()
@@ -124,15 +122,8 @@ def _drop_quantization(model) -> None:
   """Forgets the GGUF 'quantizer' of a model whose weights are already dense, so `save_pretrained` writes
   a plain checkpoint (transformers refuses to serialise a model that still has one)."""
   quantizer = getattr(model, "hf_quantizer", None)
-  if quantizer is not None and hasattr(quantizer, "remove_quantization_config"):
+  if quantizer is not None:
     quantizer.remove_quantization_config(model)
-    return
-  for obj, attr in ((model, "hf_quantizer"), (model.config, "quantization_config"),
-                    (model, "quantization_method")):
-    if hasattr(obj, attr):
-      delattr(obj, attr)
-  if hasattr(model, "is_quantized"):
-    model.is_quantized = False
 
 
 def main(argv: Sequence[str]) -> None:
