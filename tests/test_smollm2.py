@@ -94,9 +94,9 @@ def prompts(tokenizer) -> list[list[int]]:
   return rows
 
 
-def left_pad(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-  """Left-padded ids `[B, T]` (padded with `<|im_end|>`) and their 0/1 mask."""
-  return padding.left_pad(rows, pad=IM_END)
+def left_pad(rows: list[list[int]], pad: int = IM_END) -> tuple[np.ndarray, np.ndarray]:
+  """Left-padded ids `[B, T]` (`<|im_end|>` by default) and their 0/1 mask."""
+  return padding.left_pad(rows, pad=pad)
 
 
 def torch_logits(model, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:

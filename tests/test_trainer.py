@@ -18,6 +18,7 @@ import pytest
 from agent_r1_jax.rollout import TrajectoryBatch
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import loop
+from agent_r1_jax.trainer import warmup as warmup_lib
 from agent_r1_jax.trainer.checkpointing import IncompatibleCheckpointError
 from agent_r1_jax.trainer.metrics import read_metrics
 
@@ -300,7 +301,7 @@ def test_warmup_adds_multi_hop_reading_whose_first_turn_carries_no_loss(tmp_path
   c = micro_config("grpo", **{"sft.enabled": True, "sft.stages": "all:1:2", "sft.reading_worlds": 0,
                               "sft.rag_questions": 0, "sft.multi_hop_worlds": 2, "sft.multi_hop_questions": 10})
   trainer = loop.RLTrainer(c, tmp_path)
-  _, _, reading = trainer._warmup_examples()
+  _, _, reading = warmup_lib.synthetic_examples(trainer.c, trainer.task)
   assert 15 <= len(reading) <= 20
   tok = trainer.task.tokenizer
   for ex in reading:

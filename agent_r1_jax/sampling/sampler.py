@@ -207,7 +207,7 @@ class Sampler:
     logits = rows_of((bb, self.config.vocab_size), jnp.float32)
     tb = buckets.extend_bucket(extend_length)
     rng = jax.eval_shape(lambda: jax.random.key(0))
-    programs = {
+    lowerings = {
         "prefill": lambda: programs.prefill_jit.lower(self.graphdef, params, rows_of((bb, pb), jnp.int32),
                                               rows_of((bb, pb), jnp.int32), max_length=self.max_cache_length,
                                               cache_dtype=self.cache_dtype),
@@ -220,8 +220,8 @@ class Sampler:
     }
     with jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext():
       if only is not None:
-        return programs[only]()
-      return {name: lower() for name, lower in programs.items()}
+        return lowerings[only]()
+      return {name: lower() for name, lower in lowerings.items()}
 
   # -- helpers ---------------------------------------------------------------------------------
 
