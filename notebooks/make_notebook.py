@@ -59,10 +59,11 @@ This notebook runs the whole Agent-R1 pipeline (arXiv:2511.14460) on the offline
   (0 to 2 calls per episode) and held-out exact match (greedy, 64 test questions) rises from near 0 after warm-up
   to about 0.83: 0.02 -> 0.84 in the README's measured run, 0.06 -> 0.83 when this notebook ran it (seed 0; the
   README reports seeds 1-3 at 0.56-0.88). Measured wall time on 2-core CPUs, world generation included: 23
-  minutes at a float32 matmul rate of ~70 GFLOP/s (34 minutes for this notebook on that machine while other jobs
-  shared its cores), 13 minutes at ~480 GFLOP/s. Its time on a Colab GPU or TPU runtime has not been measured.
+  minutes at a float32 matmul rate of ~70 GFLOP/s, 13 minutes at ~480 GFLOP/s (this notebook: 34 minutes at
+  ~145 GFLOP/s while other jobs shared the cores). Its time on a Colab GPU or TPU runtime has not been measured.
 - `micro` runs every code path of the notebook at the smallest size (one step of each warm-up stage, 2 GRPO steps
-  of 2 prompts x 5 samples, 4 evaluation questions): about 2 minutes on a 2-core CPU shared with other jobs.
+  of 2 prompts x 5 samples, 4 evaluation questions): about 2 minutes on a 2-core ~145 GFLOP/s CPU shared with
+  other jobs.
   The model learns nothing at this size (reward -1, exact match 0); it checks that the notebook works, and CI
   runs it this way.
 """),
