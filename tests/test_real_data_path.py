@@ -72,13 +72,26 @@ def real_setup(shared_data, qwen_tokenizer_dir, tmp_path_factory):
   return root, c
 
 
-def test_two_grpo_steps_then_every_method_end_to_end(real_setup):
+def test_two_grpo_steps_then_every_method_end_to_end(real_setup, monkeypatch):
   root, c = real_setup
   workdir = root / "run"
+  evaluated = []
+  evaluate_method = loop.RLTrainer.evaluate
+
+  def counting_evaluate(self, sources, *, max_examples):
+    evaluated.append(sources is self.task.test)
+    return evaluate_method(self, sources, max_examples=max_examples)
+
+  monkeypatch.setattr(loop.RLTrainer, "evaluate", counting_evaluate)
   result = loop.RLTrainer(c, workdir).run()
   assert result.step == 2 and not result.preempted
+  # Real data sets evaluate periodically on the held-out split itself, so the last step's pass is the summary's
+  # "after RL" (one pass before RL, one at step 2; no third identical greedy pass).
+  assert evaluated == [True, True]
   rows = read_metrics(workdir)
   assert [r["step"] for r in rows] == [1, 2]
+  after_rl = json.loads((workdir / "summary.json").read_text())["after_rl"]["hotpotqa"]
+  assert after_rl["em"] == rows[-1]["eval/hotpotqa/em"] and after_rl["f1"] == rows[-1]["eval/hotpotqa/f1"]
   for row in rows:
     assert all(math.isfinite(v) for v in row.values() if isinstance(v, float)), row
   assert policy_lib.checkpoint_steps(workdir) == [0, 1, 2]

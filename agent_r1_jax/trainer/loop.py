@@ -316,13 +316,16 @@ class RLTrainer:
     writer = MetricsWriter(self.workdir, start_step=start + 1, enabled=self.is_chief)
     preempted = False
     progress = reporting.progress_bar(c.trainer.total_steps, start, c.trainer.progress_bar and self.is_chief)
+    final_eval = None  # the last step's evaluation, when the periodic split is the held-out one
     with Preemption() as preemption:
       step = start
       while step < c.trainer.total_steps:
         step += 1
         metrics = self.step(step)
         if step % c.trainer.eval_every == 0 or step == c.trainer.total_steps:
-          summaries, _ = self.evaluate(self.task.validation, max_examples=c.trainer.eval_num_examples)
+          summaries, records = self.evaluate(self.task.validation, max_examples=c.trainer.eval_num_examples)
+          if step == c.trainer.total_steps and self.task.validation is self.task.test:
+            final_eval = summaries, records
           for source, summary in summaries.items():
             for k in ("em", "substring_acc", "f1", "format", "score", "tool_calls"):
               metrics[f"eval/{source}/{k}"] = summary[k]
@@ -343,14 +346,20 @@ class RLTrainer:
       print(f"SIGTERM: saved step {step} to {self.checkpointer.directory}; rerun with the same --workdir to resume")
       self.checkpointer.close()
       return RunResult(step=step, preempted=True, summary={})
-    summary = self.finish()
+    summary = self.finish(final_eval)
     self.checkpointer.close()
     return RunResult(step=step, preempted=False, summary=summary)
 
-  def finish(self) -> dict[str, Any]:
-    """Held-out evaluation after RL, the summary table, the curves PNG and the HF export."""
+  def finish(self, final_eval: tuple[dict[str, Any], list[Any]] | None = None) -> dict[str, Any]:
+    """Held-out evaluation after RL, the summary table, the curves PNG and the HF export.
+
+    `final_eval` is the last step's (summaries, records) where the periodic evaluation already ran on the
+    held-out split (real data sets: validation is test), so the same greedy pass is not run twice.
+    """
     c = self.c
-    final_eval, records = self.evaluate(self.task.test, max_examples=c.trainer.eval_num_examples)
+    if final_eval is None:
+      final_eval = self.evaluate(self.task.test, max_examples=c.trainer.eval_num_examples)
+    final_eval, records = final_eval
     summary = {"before_rl": self.meta.get("initial_eval", {}), "after_rl": final_eval}
     if self.is_chief:
       (self.workdir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")

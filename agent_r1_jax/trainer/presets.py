@@ -132,8 +132,9 @@ def apply_smollm2(c: config_dict.ConfigDict) -> None:
                         max_response_length=768, max_context_length=1216))
   if c.rollout.n_samples > 1:
     c.rollout.n_samples = 4
+  # Steps 0 (the warmed-up policy), 4, 8, 12 are kept, so a later run or evaluation can start from step 0.
   c.trainer.update(dict(batch_size=16 // c.rollout.n_samples, total_steps=12, eval_every=12, save_every=4,
-                        eval_batch_size=32, eval_num_examples=200))
+                        max_to_keep=4, eval_batch_size=32, eval_num_examples=200))
   c.actor.update(dict(lr=1e-5, num_mini_batches=1, micro_batch_size_per_device=2))
   c.critic.micro_batch_size_per_device = 2
   c.sft.update(dict(enabled=True, stages="1:30:8,all:30:4", lr=5e-5, warmup_steps=5, logits_chunk_size=128))
