@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import glob
 import json
+import math
 import os
 import pathlib
 import shlex
@@ -132,7 +133,7 @@ def test_install_cell_picks_the_jax_extra_of_the_runtime_and_skips_itself_outsid
 def test_training_command_is_the_readme_command_and_overrides_name_real_config_fields(notebook):
   from agent_r1_jax.trainer.config import base_config  # pylint: disable=import-outside-toplevel
 
-  source = _cell_with(notebook, '"agent_r1_jax.train"')
+  source = _cell_with(notebook, "TINY_OVERRIDES = ")
   tree = ast.parse(_python_only(source))
   budgets = next(ast.literal_eval(n.value) for n in ast.walk(tree)
                  if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "TINY_OVERRIDES" for t in n.targets))
@@ -152,13 +153,111 @@ def test_training_command_is_the_readme_command_and_overrides_name_real_config_f
   overrides = budgets["micro"]
   assert any(o.startswith("--config.sft.stages=") for o in overrides)
   assert any(o.startswith("--config.trainer.total_steps=") for o in overrides)
-  for arg in argv + overrides:
-    if not arg.startswith("--config."):
-      continue
+  _assert_config_fields(config, [arg for arg in argv + overrides if arg.startswith("--config.")])
+
+
+def _config_overrides(source: str) -> list[str]:
+  """Every `--config.FIELD=...` string literal in a cell (f-strings included)."""
+  tree = ast.parse(_python_only(source))
+  texts = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+  return [t for t in texts if t.startswith("--config.")]
+
+
+def _assert_config_fields(config, overrides: list[str]) -> None:
+  for arg in overrides:
     node = config
     for part in arg[len("--config."):].split("=", 1)[0].split("."):
       assert part in node, f"{arg}: no config field {part!r}"
       node = node[part]
+
+
+def test_real_model_part_overrides_name_real_fields_of_its_preset(notebook):
+  from agent_r1_jax.trainer.config import base_config  # pylint: disable=import-outside-toplevel
+
+  cells = [source for source in _code_cells(notebook) if "REAL_" in source]
+  config_spec = next(ast.literal_eval(n.value) for source in cells for n in ast.walk(ast.parse(_python_only(source)))
+                     if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "REAL_CONFIG" for t in n.targets))
+  path, _, preset = config_spec.partition(":")
+  assert (REPO_ROOT / path).is_file() and preset == "smollm2-135m"
+  config = base_config("grpo", preset)
+  overrides = [o for source in cells for o in _config_overrides(source)]
+  # The model path, the hub data files, each budget's episode, warm-up and step counts.
+  for needed in ("--config.model.path", "--config.data.prepare.hotpotqa_train", "--config.sft.stages",
+                 "--config.trainer.total_steps", "--config.rollout.max_new_tokens_per_turn"):
+    assert any(o.startswith(needed + "=") for o in overrides), needed
+  _assert_config_fields(config, overrides)
+
+
+def _exec_model_choice_cell(notebook, monkeypatch, tmp_path, *, hub_rows: list[dict] | None) -> dict:
+  """Runs the real-model part's choice cell with no shared SmolLM2 file: the hub path with fake `huggingface_hub`
+  and `datasets` modules serving `hub_rows` (None: the hub is unreachable)."""
+  import types  # pylint: disable=import-outside-toplevel
+
+  source = _cell_with(notebook, "def hotpotqa_from_hub")
+  monkeypatch.setenv("AGENT_R1_SHARED_DATA", str(tmp_path / "no_shared_data"))
+  snapshot = tmp_path / "snapshot"
+
+  def snapshot_download(repo_id):
+    if hub_rows is None:
+      raise OSError("network unreachable")
+    assert repo_id == "Qwen/Qwen2.5-0.5B-Instruct"
+    snapshot.mkdir(exist_ok=True)
+    return str(snapshot)
+
+  class FakeSplit:
+    def __init__(self, rows):
+      self.rows = rows
+
+    def select(self, indices):
+      return FakeSplit([self.rows[i] for i in indices])
+
+    def to_list(self):
+      return list(self.rows)
+
+  def load_dataset(name, config_name, split):
+    assert (name, config_name, split) == ("hotpotqa/hotpot_qa", "distractor", "validation")
+    return FakeSplit(hub_rows)
+
+  monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
+  monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+  streamed = []
+  namespace = {"os": os, "sys": sys, "json": json, "pathlib": pathlib, "shlex": shlex,
+               "RUNS_DIR": str(tmp_path / "runs"), "run_streamed": streamed.append}
+  exec(compile(_python_only(source), "<model choice cell>", "exec"), namespace)  # pylint: disable=exec-used
+  assert not streamed  # no GGUF to convert on the hub path
+  return namespace
+
+
+def test_real_model_part_takes_qwen_and_hotpotqa_from_the_hub_where_no_shared_file_exists(notebook, monkeypatch,
+                                                                                          tmp_path):
+  from agent_r1_jax.data import sources  # pylint: disable=import-outside-toplevel
+
+  def hub_row(i):  # the Hugging Face `hotpot_qa` schema
+    return {"id": f"q{i}", "question": f"Which river flows through town {i}?", "answer": f"River {i}",
+            "type": "bridge", "level": "hard",
+            "supporting_facts": {"title": [f"Town {i}", f"River {i}"], "sent_id": [0, 0]},
+            "context": {"title": [f"Town {i}", f"River {i}"],
+                        "sentences": [[f"Town {i} lies on River {i}."], [f"River {i} is long."]]}}
+
+  namespace = _exec_model_choice_cell(notebook, monkeypatch, tmp_path, hub_rows=[hub_row(i) for i in range(800)])
+  assert namespace["real_model_name"] == "qwen2.5-0.5b"
+  assert namespace["real_model_dir"] == tmp_path / "snapshot"
+  args = dict(a.split("=", 1) for a in namespace["REAL_ARGS"])
+  assert args["--config.model.path"] == str(tmp_path / "snapshot")
+  train = sources.read_source(args["--config.data.prepare.hotpotqa_train"], "hotpotqa")
+  held_out = sources.read_source(args["--config.data.prepare.hotpotqa_dev"], "hotpotqa")
+  assert train.row_format == held_out.row_format == "hf"
+  assert [e["id"] for e in train.examples] == [f"q{i}" for i in range(500)]
+  assert [e["id"] for e in held_out.examples] == [f"q{i}" for i in range(500, 800)]
+  assert held_out.examples[0]["answers"] == ["River 500"]
+  assert held_out.examples[0]["supporting_titles"] == ["Town 500", "River 500"]
+
+
+def test_real_model_part_is_skipped_with_a_message_where_neither_model_is_reachable(notebook, monkeypatch, tmp_path,
+                                                                                   capsys):
+  namespace = _exec_model_choice_cell(notebook, monkeypatch, tmp_path, hub_rows=None)
+  assert namespace["real_model_dir"] is None and "REAL_ARGS" not in namespace
+  assert "part 5 skipped" in capsys.readouterr().out
 
 
 def _outputs_text(cell: dict) -> str:
@@ -210,9 +309,28 @@ def test_notebook_runs_top_to_bottom_at_the_micro_budget(tmp_path, monkeypatch):
   assert "held-out evaluation before RL" in train and "Held-out evaluation (greedy)" in train
   figures = [o for c in cells for o in c.outputs if "image/png" in o.get("data", {})]
   assert len(figures) >= 2  # the trainer's curves.png and the learner's panels
-  last = text[len(cells) - 1]
-  assert "question:" in last and "----- ACTION" in last  # the trained policy's episode, its segments marked
+  def output_of(marker: str) -> str:
+    return next(text[i] for i, c in enumerate(cells) if marker in c.source)
+
+  tiny_episode = output_of('tiny_workdir / "samples.jsonl"')
+  assert "question:" in tiny_episode and "----- ACTION" in tiny_episode  # the trained policy's episode, marked
   workdir = runs / "grpo_tiny_micro"
   rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
   assert [r["step"] for r in rows] == [1, 2]
   assert (workdir / "curves.png").is_file() and (workdir / "hf_export").is_dir()
+
+  # Part 5: SmolLM2 where the shared file is (no network here, so otherwise the part says it is skipped).
+  from agent_r1_jax import paths  # pylint: disable=import-outside-toplevel
+
+  if not (paths.shared_data_dir() / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf").is_file():
+    assert "part 5 skipped" in output_of("REAL_CONFIG = ")
+    return
+  baselines = json.loads((runs / "eval_smollm2_micro" / "results.json").read_text())["methods"]
+  assert set(baselines) == {"base_tool_call", "naive_rag", "no_retrieval"}
+  assert all(baselines[m]["hotpotqa"]["num_examples"] == 2 for m in baselines)
+  assert "| Base Tool Call |" in output_of('"-m", "agent_r1_jax.evaluate"')
+  real_rows = [json.loads(line) for line in (runs / "grpo_smollm2_micro" / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in real_rows] == [1] and math.isfinite(real_rows[0]["reward"])
+  real_episode = output_of('real_workdir / "samples.jsonl"')
+  assert "Held-out evaluation (greedy)" in real_episode and "question:" in real_episode
+  assert "----- ACTION" in real_episode
