@@ -29,6 +29,8 @@ Algorithms differ only in these fields (the trainer never branches on the algori
 
 from __future__ import annotations
 
+import pathlib
+
 import jax
 from ml_collections import config_dict
 
@@ -74,6 +76,9 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.dry_run_memory_gb = 16.0                    # per-device budget of the verdict (16: TPU v5e, 80: H100)
   # Real presets refuse to train on the host CPU (a jaxlib without the accelerator); True allows it.
   c.allow_cpu = False
+  # Start RL from another run's step-0 policy (its workdir) or a Hugging Face directory instead of warming up:
+  # the actor and the reference start from it, a critic's backbone too (its value head fresh).
+  c.init_from = config_dict.placeholder(str)
 
   # ---- model -------------------------------------------------------------------------------------------
   c.model = config_dict.ConfigDict()
@@ -295,6 +300,12 @@ def _check_registry_fields(c: config_dict.ConfigDict) -> None:
 def validate(c: config_dict.ConfigDict) -> None:
   """Raises one ValueError naming the field to change; called before anything is built."""
   _check_registry_fields(c)
+  if c.init_from and not pathlib.Path(c.init_from).expanduser().is_dir():
+    raise ValueError(f"init_from={c.init_from} is not a directory: point it at a training run's workdir (its "
+                     f"step-0 policy) or a Hugging Face checkpoint directory")
+  if not isinstance(c.trainer.total_steps, int) or c.trainer.total_steps < 0:
+    raise ValueError(f"trainer.total_steps must be an integer >= 0 (0: warm up, evaluate and save step 0 only), "
+                     f"got {c.trainer.total_steps!r}")
   if c.preset in REAL_PRESETS and not c.model.path and not c.dry_run:
     raise ValueError(
         f"preset {c.preset!r} trains a real Qwen2.5 checkpoint and needs --config.model.path=/path/to/"

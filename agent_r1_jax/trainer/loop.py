@@ -34,7 +34,7 @@ from agent_r1_jax.models.sharding import place as place_on_mesh
 from agent_r1_jax.rollout import run_episodes
 from agent_r1_jax.sampling import SamplingParams
 from agent_r1_jax.sampling.multihost import agreed_max
-from agent_r1_jax.trainer import assets, backend, build
+from agent_r1_jax.trainer import actor_checkpoint, assets, backend, build
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import dry_run as dry_run_lib
 from agent_r1_jax.trainer import evaluation, learner as learner_lib, reporting, sft as sft_lib, task as task_lib
@@ -145,14 +145,7 @@ class RLTrainer:
         prompt_length=data.prompt_length, response_length=c.rollout.max_response_length,
         pad_id=int(tok.pad_token_id), seed=c.seed, length_multiple=c.trainer.length_multiple or None, log_fn=log,
         logits_chunk_size=c.sft.logits_chunk_size)
-    params = result.params
-    self.state["actor"] = params
-    self.state["actor_opt"] = self._on_mesh(self.learner.actor_tx.init(params))
-    if "ref" in self.state:
-      self.state["ref"] = build.copy_tree(params)
-    if "critic" in self.state:
-      self.state["critic"] = build.critic_from_actor(self.state["critic"], params)
-      self.state["critic_opt"] = self._on_mesh(self.learner.critic_tx.init(self.state["critic"]))
+    self._start_policy(result.params)
     self.meta.update(sft_seconds=time.perf_counter() - t0,
                      sft_examples=len(examples) + len(rag_examples) + len(reading_examples),
                      sft_rag_examples=len(rag_examples), sft_multi_hop_reading_examples=len(reading_examples),
@@ -160,6 +153,25 @@ class RLTrainer:
     if self.is_chief and data.copy_stop is not None:
       print(f"copy drill: {result.copy_steps} steps, held-out drill loss {result.drill_loss:.3f} "
             f"(target {c.sft.copy_target_loss})", flush=True)
+
+  def init_from(self, source: str) -> None:
+    """RL starts from `source`'s policy (`--config.init_from`: another run's step-0 checkpoint or a Hugging Face
+    directory) instead of a warm-up; the optimizer state, data order and workdir stay this run's own."""
+    self._start_policy(actor_checkpoint.load_initial_actor(source, self.c, self.arch, self.mesh))
+    self.meta["init_from"] = str(source)
+    if self.is_chief:
+      print(f"RL starts from {source} (its step-0 policy); no warm-up", flush=True)
+
+  def _start_policy(self, params) -> None:
+    """`params` become the actor, the frozen reference and the critic's backbone (its value head kept);
+    both optimizer states restart."""
+    self.state["actor"] = params
+    self.state["actor_opt"] = self._on_mesh(self.learner.actor_tx.init(params))
+    if "ref" in self.state:
+      self.state["ref"] = build.copy_tree(params)
+    if "critic" in self.state:
+      self.state["critic"] = build.critic_from_actor(self.state["critic"], params)
+      self.state["critic_opt"] = self._on_mesh(self.learner.critic_tx.init(self.state["critic"]))
 
   def evaluate(self, sources: dict, *, max_examples: int | None) -> tuple[dict, list]:
     c = self.c
@@ -295,19 +307,20 @@ class RLTrainer:
   def run(self) -> RunResult:
     c = self.c
     latest = self.checkpointer.latest_step()
-    writer: MetricsWriter
     if latest is not None:
       self._restore(latest)
       start = latest
       print(f"resuming from {self.checkpointer.directory} at step {latest}")
     else:
       start = 0
-      if c.sft.enabled:
+      if c.init_from:
+        self.init_from(c.init_from)
+      elif c.sft.enabled:
         sft_log = reporting.sft_logger(sum(st.steps for st in sft_lib.parse_stages(c.sft.stages)),
                                        c.trainer.progress_bar)
         self.warmup(sft_log)
         sft_log.close()
-      warm_eval, _ = self.evaluate(self.task.test, max_examples=c.trainer.eval_num_examples)
+      warm_eval, warm_records = self.evaluate(self.task.test, max_examples=c.trainer.eval_num_examples)
       self.meta["initial_eval"] = warm_eval
       if self.is_chief:
         reporting.print_eval("held-out evaluation before RL", warm_eval)
@@ -316,7 +329,9 @@ class RLTrainer:
     writer = MetricsWriter(self.workdir, start_step=start + 1, enabled=self.is_chief)
     preempted = False
     progress = reporting.progress_bar(c.trainer.total_steps, start, c.trainer.progress_bar and self.is_chief)
-    final_eval = None  # the last step's evaluation, when the periodic split is the held-out one
+    final_eval = None  # the held-out evaluation of the last policy, where one already ran
+    if latest is None and c.trainer.total_steps == 0:  # a warm-up-only run: its step-0 policy is the last one
+      final_eval = warm_eval, warm_records
     with Preemption() as preemption:
       step = start
       while step < c.trainer.total_steps:
@@ -351,11 +366,8 @@ class RLTrainer:
     return RunResult(step=step, preempted=False, summary=summary)
 
   def finish(self, final_eval: tuple[dict[str, Any], list[Any]] | None = None) -> dict[str, Any]:
-    """Held-out evaluation after RL, the summary table, the curves PNG and the HF export.
-
-    `final_eval` is the last step's (summaries, records) where the periodic evaluation already ran on the
-    held-out split (real data sets: validation is test), so the same greedy pass is not run twice.
-    """
+    """Held-out evaluation after RL (`final_eval`: its (summaries, records) where it already ran: validation is
+    the test split, or no RL step ran), the summary table, the curves PNG and the HF export."""
     c = self.c
     if final_eval is None:
       final_eval = self.evaluate(self.task.test, max_examples=c.trainer.eval_num_examples)
