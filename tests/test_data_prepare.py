@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -247,3 +248,27 @@ def test_held_out_questions_and_a_corpus_for_training(release_dir, tmp_path):
   assert sorted(e["question"].strip() for e in held) == ["question 4?", "question 5?"]
   titles = {p.title for p in load_corpus(str(tmp_path / "held.jsonl"))}
   assert {"T0a", "T0b", "D0", "T3a"} <= titles and {"T14a", "D15"} <= titles and "T12a" not in titles
+
+
+def test_a_cached_preset_dataset_is_prepared_again_from_other_files(tmp_path):
+  """A preset's `data.prepare.*` files are prepared once into `<cache>/datasets/<name>`: naming the same files
+  reuses it, naming other files under the same name prepares it again (not training on the old questions)."""
+  from agent_r1_jax.trainer import assets, config as config_lib  # pylint: disable=import-outside-toplevel
+  for name, offset in (("a", 0), ("b", 100), ("dev", 50)):
+    rows = [_official_row(offset + i, answer=f"answer {offset + i}", question=f"Question {offset + i}?")
+            for i in range(3)]
+    (tmp_path / f"{name}.json").write_text(json.dumps(rows))
+
+  def train_questions(train_file: str) -> tuple[list[str], float]:
+    c = config_lib.base_config("grpo", "smollm2-135m")
+    with c.unlocked():
+      c.data.prepare.update(dict(hotpotqa_train=str(tmp_path / train_file), hotpotqa_dev=str(tmp_path / "dev.json")))
+      assets.resolve_data(c)
+    root = pathlib.Path(c.data.prepared_dir)
+    return (sorted(e["question"] for e in tfds_store.load_split(root, "multihopqa", "train")),
+            (root / assets.CORPUS_FILE).stat().st_mtime_ns)
+
+  first, written = train_questions("a.json")
+  assert first == [f"Question {i}?" for i in range(3)]
+  assert train_questions("a.json") == (first, written)  # the same files: the cached dataset, not rewritten
+  assert train_questions("b.json")[0] == [f"Question {100 + i}?" for i in range(3)]

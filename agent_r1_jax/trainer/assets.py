@@ -7,7 +7,8 @@ Two optional config entries turn files on disk into what the trainer reads:
   data.prepare.*         release files (`hotpotqa_train`, `hotpotqa_dev`). With `data.prepared_dir` unset, they
                          are prepared (`data.prepare_multihopqa`) into `<cache>/datasets/<data.prepare.name>`,
                          with a BM25 corpus of every split's context paragraphs in `corpus.jsonl` beside it, and
-                         `data.prepared_dir` / `tool.corpus_path` point there.
+                         `data.prepared_dir` / `tool.corpus_path` point there. A cached dataset prepared from
+                         other files (`prepared_from.json` records them) is prepared again.
 
 Both steps are idempotent (a finished conversion or dataset is reused) and run before the config is validated
 and written to the run's `config.json`, so `evaluate --workdir` sees the resolved paths. `<cache>` is
@@ -16,6 +17,7 @@ and written to the run's `config.json`, so `evaluate --workdir` sees the resolve
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 from ml_collections import config_dict
@@ -23,11 +25,20 @@ from ml_collections import config_dict
 from agent_r1_jax import paths
 
 CORPUS_FILE = "corpus.jsonl"
+SOURCES_FILE = "prepared_from.json"  # the release files a cached dataset was prepared from
 
 
-def _prepared(root: pathlib.Path) -> bool:
+def _source_files(spec: config_dict.ConfigDict) -> dict[str, str | None]:
+  return {k: str(pathlib.Path(spec[k]).expanduser().resolve()) if spec[k] else None
+          for k in ("hotpotqa_train", "hotpotqa_dev")}
+
+
+def _prepared(root: pathlib.Path, spec: config_dict.ConfigDict) -> bool:
+  """Whether `root` holds a dataset prepared from exactly `spec`'s files (other files: prepare again)."""
   from agent_r1_jax.data import tfds_store  # pylint: disable=import-outside-toplevel
-  return (root / CORPUS_FILE).is_file() and bool(tfds_store.list_splits(root, "multihopqa"))
+  record = root / SOURCES_FILE
+  return ((root / CORPUS_FILE).is_file() and bool(tfds_store.list_splits(root, "multihopqa"))
+          and record.is_file() and json.loads(record.read_text()) == _source_files(spec))
 
 
 def resolve_model(c: config_dict.ConfigDict) -> None:
@@ -53,7 +64,7 @@ def resolve_data(c: config_dict.ConfigDict) -> None:
     return
   from agent_r1_jax.data.prepare_multihopqa import prepare  # pylint: disable=import-outside-toplevel
   root = paths.cache_dir() / "datasets" / spec.name
-  if not _prepared(root):
+  if not _prepared(root, spec):
     missing = [f for f in (spec.hotpotqa_train, spec.hotpotqa_dev) if f and not pathlib.Path(f).is_file()]
     if missing:
       raise ValueError(f"data.prepare names file(s) that do not exist: {missing}; set --config.data.prepare."
@@ -62,6 +73,7 @@ def resolve_data(c: config_dict.ConfigDict) -> None:
                      train_size=None, overwrite=True, corpus_output=root / CORPUS_FILE, corpus_with_train=True,
                      drop_dev_overlap=True, seed=c.data.shuffle_seed)
     print("\n".join(report.lines()), flush=True)
+    (root / SOURCES_FILE).write_text(json.dumps(_source_files(spec)) + "\n")
   c.data.prepared_dir = str(root)
   if not (c.tool.corpus_path or c.tool.index_path or c.tool.server_url):
     c.tool.corpus_path = str(root / CORPUS_FILE)
