@@ -18,7 +18,6 @@ Single-turn methods score 0 on the paper reward's tool-format term by constructi
 
 from __future__ import annotations
 
-import pathlib
 import sys
 
 from absl import app, flags
@@ -44,68 +43,10 @@ _SAMPLES = flags.DEFINE_integer("samples_per_dataset", 5, "Episodes per method x
 _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed (greedy decoding does not use it).")
 
 
-def task_config(config, workdir: str | None, hf_checkpoint: str | None):
-  """`config` if given, else the workdir's config.json, else the tiny preset; unlocked, ready to build."""
-  from agent_r1_jax.evaluation.policy import read_workdir_config  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.trainer.config import base_config  # pylint: disable=import-outside-toplevel
-  if config is not None:
-    c = config
-  elif workdir:
-    c = read_workdir_config(workdir)
-  else:
-    c = base_config("grpo", "tiny")
-  with c.unlocked():
-    c.dry_run = False
-    if hf_checkpoint and not c.model.tokenizer_path and not c.model.path and c.data.source != "synthetic":
-      c.model.tokenizer_path = hf_checkpoint  # the multihopqa task reads its tokenizer from the model directory
-  return c
-
-
-def run(*, workdir: str | None, hf_checkpoint: str | None, base_hf_checkpoint: str | None, step: int | None,
-        methods: list[str], datasets: list[str], out_dir: str | None, num_examples: int, batch_size: int,
-        samples_per_dataset: int, seed: int, config=None) -> dict[str, pathlib.Path]:
-  """The CLI's work as a function (tests call it); returns the written files.
-
-  `config` is the `--config` ConfigDict (None: the workdir's config.json, or the tiny preset).
-  """
-  from agent_r1_jax.evaluation import datasets as datasets_lib, methods as methods_lib, report, runner  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.trainer import assets, build, config as config_lib, task as task_lib  # pylint: disable=import-outside-toplevel
-
-  if bool(workdir) == bool(hf_checkpoint):
-    raise ValueError("give exactly one of --workdir (a training run) or --hf_checkpoint (a Hugging Face directory)")
-  chosen = methods_lib.get_methods(methods)
-  c = task_config(config, workdir, hf_checkpoint)
-  assets.resolve(c)
-  config_lib.validate(c)
-  names = datasets_lib.select_datasets(c, datasets)
-  task = task_lib.build_task(c)
-  sets = datasets_lib.load_datasets(task, names)
-  mesh = build.build_mesh(c)
-  base_dir = base_hf_checkpoint
-  if hf_checkpoint and not base_dir and c.model.path and pathlib.Path(c.model.path) != pathlib.Path(hf_checkpoint):
-    base_dir = c.model.path
-  policy, base = runner.build_policies(c, task.tokenizer, mesh, workdir=workdir, hf_checkpoint=hf_checkpoint,
-                                       base_hf_checkpoint=base_dir, step=step,
-                                       need_base=any(m.base_model for m in chosen))
-  result = runner.evaluate_methods(task, c, policy, base, [m.name for m in chosen], sets,
-                                   num_examples=num_examples or None,
-                                   batch_size=batch_size or c.trainer.eval_batch_size, seed=seed)
-  out = pathlib.Path(out_dir) if out_dir else (pathlib.Path(workdir) / "eval" if workdir else pathlib.Path("eval"))
-  settings = {"greedy": True, "num_examples": num_examples or None, "reward_style": c.algorithm.reward_style,
-              "data_source": c.data.source, "max_turns": c.rollout.max_turns,
-              "max_new_tokens_per_turn": c.rollout.max_new_tokens_per_turn, "top_k": c.tool.top_k}
-  paths = report.write_outputs(out, result.summaries, result.records, policy=policy.name,
-                               base_policy=base.name if base is not None else None, settings=settings,
-                               samples_per_dataset=samples_per_dataset)
-  print(report.markdown_report(result.summaries, policy=policy.name,
-                               base_policy=base.name if base is not None else None), flush=True)
-  print(f"wrote {', '.join(str(p) for p in paths.values())}", flush=True)
-  return paths
-
-
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  from agent_r1_jax.evaluation.pipeline import run  # pylint: disable=import-outside-toplevel  (JAX after flags)
   try:
     run(workdir=_WORKDIR.value, hf_checkpoint=_HF.value, base_hf_checkpoint=_BASE_HF.value, step=_STEP.value,
         methods=_METHODS.value, datasets=_DATASETS.value, out_dir=_OUT_DIR.value, num_examples=_NUM_EXAMPLES.value,

@@ -347,12 +347,12 @@ def test_workdir_policy_restores_the_saved_actor_and_rejects_another_shape(setup
 
 
 def test_cli_run_on_a_workdir_writes_every_output(setup, tmp_path):
-  from agent_r1_jax import evaluate  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.evaluation import pipeline  # pylint: disable=import-outside-toplevel
   c, task = setup
   workdir = tmp_path / "run"
   _write_workdir(c, task, workdir, [0, 2])
   c2 = policy_lib.read_workdir_config(workdir)
-  paths = evaluate.run(workdir=str(workdir), hf_checkpoint=None, base_hf_checkpoint=None, step=None,
+  paths = pipeline.run(workdir=str(workdir), hf_checkpoint=None, base_hf_checkpoint=None, step=None,
                        methods=["agent", "base_tool_call", "no_retrieval"], datasets=["synthetic", "one_hop"],
                        out_dir=None, num_examples=2, batch_size=2, samples_per_dataset=1, seed=0, config=c2)
   assert paths["table"].parent == workdir / "eval"

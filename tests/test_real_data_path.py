@@ -96,8 +96,8 @@ def test_two_grpo_steps_then_every_method_end_to_end(real_setup, monkeypatch):
     assert all(math.isfinite(v) for v in row.values() if isinstance(v, float)), row
   assert policy_lib.checkpoint_steps(workdir) == [0, 1, 2]
 
-  from agent_r1_jax import evaluate  # pylint: disable=import-outside-toplevel
-  paths = evaluate.run(workdir=str(workdir), hf_checkpoint=None, base_hf_checkpoint=None, step=None,
+  from agent_r1_jax.evaluation import pipeline  # pylint: disable=import-outside-toplevel
+  paths = pipeline.run(workdir=str(workdir), hf_checkpoint=None, base_hf_checkpoint=None, step=None,
                        methods=["agent", "base_tool_call", "naive_rag", "no_retrieval"], datasets=["hotpotqa"],
                        out_dir=str(root / "eval"), num_examples=2, batch_size=2, samples_per_dataset=2, seed=0)
   results = json.loads(paths["results"].read_text())

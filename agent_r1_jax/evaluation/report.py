@@ -24,7 +24,7 @@ from agent_r1_jax.trainer.evaluation import ACTION, OBSERVATION, EpisodeRecord
 
 DETAIL_METRICS = ("em", "f1", "substring_acc", "format", "score", "turns", "tool_calls", "tool_error_rate",
                   "num_examples")
-_DATASET_LABELS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue",
+DATASET_LABELS = {"hotpotqa": "HotpotQA", "2wikimultihopqa": "2Wiki", "musique": "MuSiQue",
                    "synthetic_multihop": "Synthetic", "synthetic_one_hop": "Synthetic one-hop"}
 
 Summaries = Mapping[str, Mapping[str, Mapping[str, float]]]  # method -> dataset -> metric -> value
@@ -39,7 +39,7 @@ def average_em(per_dataset: Mapping[str, Mapping[str, float]]) -> float:
 def table3(summaries: Summaries) -> str:
   """Markdown: one row per method, EM per dataset and the average."""
   datasets = list(next(iter(summaries.values())).keys()) if summaries else []
-  header = ["Method"] + [_DATASET_LABELS.get(d, d) for d in datasets] + ["Avg."]
+  header = ["Method"] + [DATASET_LABELS.get(d, d) for d in datasets] + ["Avg."]
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for method, per_dataset in summaries.items():
     label = METHODS[method].label if method in METHODS else method

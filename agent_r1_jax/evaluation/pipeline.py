@@ -1,0 +1,70 @@
+"""The evaluation as one function: build the task and policies, roll out every method, write the outputs.
+
+`agent_r1_jax.evaluate` (the CLI) and `experiments.paper_tables` call `run`; see the CLI's docstring for what
+is written where.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from agent_r1_jax.evaluation import datasets as datasets_lib
+from agent_r1_jax.evaluation import methods as methods_lib
+from agent_r1_jax.evaluation import report, runner
+from agent_r1_jax.evaluation.policy import read_workdir_config
+from agent_r1_jax.trainer import assets, build
+from agent_r1_jax.trainer import config as config_lib
+from agent_r1_jax.trainer import task as task_lib
+
+def task_config(config, workdir: str | None, hf_checkpoint: str | None):
+  """`config` if given, else the workdir's config.json, else the tiny preset; unlocked, ready to build."""
+  if config is not None:
+    c = config
+  elif workdir:
+    c = read_workdir_config(workdir)
+  else:
+    c = config_lib.base_config("grpo", "tiny")
+  with c.unlocked():
+    c.dry_run = False
+    if hf_checkpoint and not c.model.tokenizer_path and not c.model.path and c.data.source != "synthetic":
+      c.model.tokenizer_path = hf_checkpoint  # the multihopqa task reads its tokenizer from the model directory
+  return c
+
+
+def run(*, workdir: str | None, hf_checkpoint: str | None, base_hf_checkpoint: str | None, step: int | None,
+        methods: list[str], datasets: list[str], out_dir: str | None, num_examples: int, batch_size: int,
+        samples_per_dataset: int, seed: int, config=None) -> dict[str, pathlib.Path]:
+  """The CLI's work as a function (tests call it); returns the written files.
+
+  `config` is the `--config` ConfigDict (None: the workdir's config.json, or the tiny preset).
+  """
+  if bool(workdir) == bool(hf_checkpoint):
+    raise ValueError("give exactly one of --workdir (a training run) or --hf_checkpoint (a Hugging Face directory)")
+  chosen = methods_lib.get_methods(methods)
+  c = task_config(config, workdir, hf_checkpoint)
+  assets.resolve(c)
+  config_lib.validate(c)
+  names = datasets_lib.select_datasets(c, datasets)
+  task = task_lib.build_task(c)
+  sets = datasets_lib.load_datasets(task, names)
+  mesh = build.build_mesh(c)
+  base_dir = base_hf_checkpoint
+  if hf_checkpoint and not base_dir and c.model.path and pathlib.Path(c.model.path) != pathlib.Path(hf_checkpoint):
+    base_dir = c.model.path
+  policy, base = runner.build_policies(c, task.tokenizer, mesh, workdir=workdir, hf_checkpoint=hf_checkpoint,
+                                       base_hf_checkpoint=base_dir, step=step,
+                                       need_base=any(m.base_model for m in chosen))
+  result = runner.evaluate_methods(task, c, policy, base, [m.name for m in chosen], sets,
+                                   num_examples=num_examples or None,
+                                   batch_size=batch_size or c.trainer.eval_batch_size, seed=seed)
+  out = pathlib.Path(out_dir) if out_dir else (pathlib.Path(workdir) / "eval" if workdir else pathlib.Path("eval"))
+  settings = {"greedy": True, "num_examples": num_examples or None, "reward_style": c.algorithm.reward_style,
+              "data_source": c.data.source, "max_turns": c.rollout.max_turns,
+              "max_new_tokens_per_turn": c.rollout.max_new_tokens_per_turn, "top_k": c.tool.top_k}
+  paths = report.write_outputs(out, result.summaries, result.records, policy=policy.name,
+                               base_policy=base.name if base is not None else None, settings=settings,
+                               samples_per_dataset=samples_per_dataset)
+  print(report.markdown_report(result.summaries, policy=policy.name,
+                               base_policy=base.name if base is not None else None), flush=True)
+  print(f"wrote {', '.join(str(p) for p in paths.values())}", flush=True)
+  return paths
