@@ -123,9 +123,10 @@ def test_registry_builds_tools_from_config(tmp_path):
 # Snippets that end on their own (normally, by an error, or by the memory / output limits, which act in
 # milliseconds) run with a time limit far beyond any machine load, so a busy host cannot turn them into
 # timeouts; only the infinite loop meets the (short) wall-clock limit, which it always reaches.
-@pytest.fixture(scope="module")
-def python_tool():
-  return PythonTool(time_limit_s=300, memory_limit_mb=256, max_output_chars=2000)
+# Every behaviour holds in both isolation modes (the attacks only the sandbox stops: tests/test_sandbox.py).
+@pytest.fixture(scope="module", params=["namespaces", "none"])
+def python_tool(request):
+  return PythonTool(time_limit_s=300, memory_limit_mb=256, max_output_chars=2000, isolation=request.param)
 
 
 def test_python_normal_snippet(python_tool):
@@ -135,9 +136,10 @@ def test_python_normal_snippet(python_tool):
 
 def test_python_infinite_loop_is_stopped():
   """Defect caught: no wall-clock limit (the call would never return) or an error message without it."""
-  tool = PythonTool(time_limit_s=1.5, memory_limit_mb=256, max_output_chars=2000)
-  result = tool.call({"code": "while True:\n  pass"})
-  assert not result.success and "stopped after the 1.5 s time limit" in result.content
+  for isolation in ("namespaces", "none"):
+    tool = PythonTool(time_limit_s=1.5, memory_limit_mb=256, max_output_chars=2000, isolation=isolation)
+    result = tool.call({"code": "while True:\n  pass"})
+    assert not result.success and "stopped after the 1.5 s time limit" in result.content, isolation
 
 
 def test_python_memory_hog_is_stopped(python_tool):
@@ -159,7 +161,10 @@ def test_python_error_exit_and_isolation(python_tool, monkeypatch):
   assert result.success
   env_names, cwd, isolated = result.content.splitlines()
   assert "AGENT_R1_TEST_SECRET" not in env_names and "hunter2" not in result.content
-  assert os.path.basename(cwd).startswith("agent_r1_python_") and not os.path.exists(cwd)  # temp dir removed
+  if python_tool.isolation == "none":
+    assert os.path.basename(cwd).startswith("agent_r1_python_") and not os.path.exists(cwd)  # temp dir removed
+  else:
+    assert cwd == "/sandbox"
   assert isolated == "1"
   failed = python_tool.call({"code": "print('before')\nraise KeyError('k')"})
   assert not failed.success

@@ -1,27 +1,22 @@
-"""`PythonTool`: runs a model-written Python snippet in a separate, resource-limited process.
+"""`PythonTool`: runs a model-written Python snippet in a sandbox and returns what it printed.
 
-What the sandbox does:
-  * runs `python -I -u snippet.py` (isolated mode: no user site-packages, PYTHON* variables ignored) in a
-    fresh temporary working directory that is deleted afterwards;
-  * passes a minimal environment (PATH, LANG, HOME=the temp dir), so no secrets or tokens from the
-    trainer's environment are inherited; stdin is empty;
-  * enforces a wall-clock timeout (the whole process group is killed), an RLIMIT_CPU CPU-time limit, an
-    RLIMIT_AS address-space limit (so big allocations fail with MemoryError), RLIMIT_FSIZE (stdout/stderr
-    go to files, so a flood stops at the cap and can never fill the host's memory), no core dumps, and a
-    limit on open files;
-  * reports stdout (and stderr when the snippet failed), each capped at `max_output_chars`.
+`isolation="namespaces"` (the default) runs each snippet in fresh Linux namespaces (`tools/sandbox.py`): no
+network, no host file but the Python runtime (read-only), an empty size-limited tmpfs as its only writable
+place, its own PID namespace (nothing it starts outlives the call, `setsid()` or not), no capabilities, and
+rlimits on memory, CPU time, file size, open files and processes; its environment holds PATH, LANG and HOME
+only. The tool refuses to start where the host cannot build the namespaces (`SandboxUnavailable`, saying how to
+enable them). `isolation="none"` runs snippets as plain child processes of the trainer (same rlimits, minimal
+environment, a temp dir, the process group killed at the end): they can read the trainer user's files and reach
+the network, so it is logged loudly and meant for hosts without namespaces that run trusted policies only.
 
-What it does NOT protect against (it is not a security boundary): the snippet runs as the same OS user,
-can read every file that user can read and write outside its temp dir, can open network connections,
-can spawn processes (each gets the same rlimits, but the number of processes is not limited, and a child
-that calls setsid() leaves the process group and survives the kill), and can
-use every CPU core within its CPU-time budget. For untrusted code at scale run the trainer's tools inside
-a container / gVisor / nsjail with no network and a read-only filesystem.
+Every outcome is an observation: the program's stdout (and stderr when it failed), each capped at
+`max_output_chars`, plus one line for a timeout, the CPU limit, cut output, a non-zero exit or a MemoryError.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import os
 import signal
 import subprocess
@@ -29,23 +24,29 @@ import sys
 import tempfile
 from typing import Any, Sequence
 
+from agent_r1_jax.tools import sandbox
 from agent_r1_jax.tools.base import BaseTool, ToolResult
+
+ISOLATION_MODES = ("namespaces", "none")
 
 
 class PythonTool(BaseTool):
   """Executes Python code and returns what it printed.
 
   Args:
-    time_limit_s: wall-clock seconds before the process group is killed (CPU limit = this + 1 s).
+    time_limit_s: wall-clock seconds before the snippet is killed (CPU limit = this + 1 s).
     memory_limit_mb: address-space limit of the process.
     max_output_chars: stdout/stderr beyond this is cut (file-size limit in bytes = 4x this, for UTF-8).
     max_workers: concurrent snippets in `batch_execute`.
     python_executable: interpreter to run (default: the current one).
+    isolation: "namespaces" (a sandbox per snippet, see the module docstring) or "none" (unsafe).
+    disk_limit_mb: size of the sandbox's writable tmpfs.
+    max_processes: processes the snippet may have at once (RLIMIT_NPROC).
   """
 
   name = "python"
   description = ("Run a Python 3 program and return what it prints to stdout. Use print() to show results. "
-                 "No input, no network guarantees, limited time and memory.")
+                 "No input, no network, limited time, memory and disk.")
   parameters = {
       "type": "object",
       "properties": {"code": {"type": "string", "description": "The complete Python program to run."}},
@@ -53,33 +54,32 @@ class PythonTool(BaseTool):
   }
 
   def __init__(self, *, time_limit_s: float = 5.0, memory_limit_mb: int = 512, max_output_chars: int = 4096,
-               max_workers: int = 4, python_executable: str | None = None, **kwargs: Any):
+               max_workers: int = 4, python_executable: str | None = None, isolation: str = "namespaces",
+               disk_limit_mb: int = 16, max_processes: int = 32, **kwargs: Any):
     kwargs.setdefault("max_argument_chars", 20000)
     # The thread-level timeout is a backstop only; the subprocess enforces `time_limit_s` itself.
     kwargs.setdefault("timeout_s", None)
     super().__init__(**kwargs)
-    if time_limit_s <= 0 or memory_limit_mb <= 0 or max_output_chars <= 0 or max_workers <= 0:
-      raise ValueError("python tool: time_limit_s, memory_limit_mb, max_output_chars, max_workers must be positive")
+    if min(time_limit_s, memory_limit_mb, max_output_chars, max_workers, disk_limit_mb, max_processes) <= 0:
+      raise ValueError("python tool: time_limit_s, memory_limit_mb, max_output_chars, max_workers, disk_limit_mb "
+                       "and max_processes must be positive")
+    if isolation not in ISOLATION_MODES:
+      raise ValueError(f"python tool: isolation must be one of {ISOLATION_MODES}, got {isolation!r}")
     self.time_limit_s = float(time_limit_s)
     self.memory_limit_mb = int(memory_limit_mb)
     self.max_output_chars = int(max_output_chars)
     self.max_workers = int(max_workers)
     self.python_executable = python_executable or sys.executable
-
-  def _bootstrap(self) -> str:
-    """Source of the launcher: set the rlimits, then exec the interpreter on the snippet.
-
-    The limits are applied by the child itself (they survive `execv`) instead of a `preexec_fn`, which is
-    unsafe to run between fork and exec in a multi-threaded trainer.
-    """
-    mem = self.memory_limit_mb * 1024 * 1024
-    cpu = int(self.time_limit_s) + 1
-    fsize = 4 * self.max_output_chars + 1024
-    return ("import os, resource, sys\n"
-            f"for lim, val in ((resource.RLIMIT_AS, {mem}), (resource.RLIMIT_CPU, {cpu}), "
-            f"(resource.RLIMIT_FSIZE, {fsize}), (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, 64)):\n"
-            "  resource.setrlimit(lim, (val, val))\n"
-            "os.execv(sys.executable, [sys.executable, '-I', '-u', sys.argv[1]])\n")
+    self.isolation = isolation
+    self.limits = sandbox.Limits(memory_mb=self.memory_limit_mb, cpu_s=int(self.time_limit_s) + 1,
+                                 file_size_bytes=4 * self.max_output_chars + 1024, disk_mb=int(disk_limit_mb),
+                                 processes=int(max_processes))
+    if isolation == "namespaces":
+      sandbox.check_available(self.python_executable)
+    else:
+      logging.warning("UNSAFE: the python tool runs model-written code WITHOUT isolation (tool.python.isolation="
+                      "'none'): snippets can read this user's files, write outside their temp dir, reach the "
+                      "network and leave processes behind")
 
   def _read(self, path: str) -> tuple[str, bool]:
     """Returns (text, was_cut) for an output file, capped at max_output_chars."""
@@ -89,39 +89,35 @@ class PythonTool(BaseTool):
     cut = len(text) > self.max_output_chars or len(data) >= 4 * self.max_output_chars + 1024
     return text[:self.max_output_chars], cut
 
+  def _run(self, code: str, workdir: str, out, err) -> tuple[int, bool]:
+    """Runs `code`; returns (exit status, timed out). Nothing it started is left running."""
+    if self.isolation == "namespaces":
+      stage = os.path.join(workdir, "stage")
+      os.mkdir(stage)
+      return sandbox.run_isolated(code, stage, self.limits, timeout_s=self.time_limit_s, stdout=out, stderr=err,
+                                  python=self.python_executable)
+    script = os.path.join(workdir, "snippet.py")
+    with open(script, "w", encoding="utf-8") as f:
+      f.write(code)
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "PYTHONIOENCODING": "utf-8"}
+    proc = subprocess.Popen([self.python_executable, "-I", "-c", sandbox.bootstrap(self.limits), script],
+                            cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                            start_new_session=True, close_fds=True)
+    return sandbox.wait_and_kill(proc, self.time_limit_s)
+
   def execute(self, args: dict[str, Any]) -> ToolResult:
     with tempfile.TemporaryDirectory(prefix="agent_r1_python_") as workdir:
-      script = os.path.join(workdir, "snippet.py")
-      with open(script, "w", encoding="utf-8") as f:
-        f.write(args["code"])
       out_path, err_path = os.path.join(workdir, ".stdout"), os.path.join(workdir, ".stderr")
-      env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "PYTHONIOENCODING": "utf-8"}
       with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(
-            [self.python_executable, "-I", "-c", self._bootstrap(), script], cwd=workdir, env=env,
-            stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True, close_fds=True)
-        timed_out = False
-        try:
-          proc.wait(timeout=self.time_limit_s)
-        except subprocess.TimeoutExpired:
-          timed_out = True
-          os.killpg(proc.pid, signal.SIGKILL)
-          proc.wait()
-        else:
-          # The snippet may have left children in its process group; they die with it.
-          try:
-            os.killpg(proc.pid, signal.SIGKILL)
-          except ProcessLookupError:
-            pass
+        code, timed_out = self._run(args["code"], workdir, out, err)
       stdout, out_cut = self._read(out_path)
       stderr, err_cut = self._read(err_path)
-    code = proc.returncode
     notes = []
     if timed_out:
       notes.append(f"Error: the program was stopped after the {self.time_limit_s:g} s time limit.")
-    elif code == -signal.SIGXCPU or code == -signal.SIGKILL:
+    elif code in (-signal.SIGXCPU, -signal.SIGKILL, 128 + signal.SIGXCPU, 128 + signal.SIGKILL):
       notes.append("Error: the program was stopped for exceeding its CPU-time limit.")
-    elif code == -signal.SIGXFSZ or out_cut or err_cut:
+    elif code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ) or out_cut or err_cut:
       notes.append(f"Error: the output exceeded {self.max_output_chars} characters and was cut.")
     if not timed_out and code != 0 and not notes:
       notes.append(f"Error: the program exited with status {code}.")
@@ -139,3 +135,4 @@ class PythonTool(BaseTool):
       return [self.execute(a) for a in args_list]
     with concurrent.futures.ThreadPoolExecutor(min(self.max_workers, len(args_list))) as pool:
       return list(pool.map(self.execute, args_list))
+

@@ -131,6 +131,9 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.tool.server_url = config_dict.placeholder(str)   # http retriever
   c.tool.top_k = 5
   c.tool.timeout_s = 30.0
+  # The `python` tool (tool.tools=("python",)): each snippet in a namespace sandbox ("none": unisolated, unsafe).
+  c.tool.python = config_dict.ConfigDict(dict(isolation="namespaces", time_limit_s=5.0, memory_limit_mb=512,
+                                              disk_limit_mb=16, max_processes=32, max_output_chars=4096))
   c.env = config_dict.ConfigDict()
   c.env.max_tool_response_length = 2048         # characters of tool output before chat framing
   c.env.parallel_tool_calls = False
@@ -272,6 +275,7 @@ def _check_registry_fields(c: config_dict.ConfigDict) -> None:
   # Imported here: the tools import bm25s, which runs a JAX computation at import time, and this module is
   # loaded (with the config file) before `jax.distributed.initialize`, which must precede any backend.
   from agent_r1_jax.tools import registered_tools  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.tools.python_tool import ISOLATION_MODES  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.tools.wiki_search import RETRIEVER_BACKENDS  # pylint: disable=import-outside-toplevel
   for name, value, choices in (
       ("algorithm.loss_mask", c.algorithm.loss_mask, MASK_CHOICES),
@@ -285,7 +289,8 @@ def _check_registry_fields(c: config_dict.ConfigDict) -> None:
       ("critic.loss_agg_mode", c.critic.loss_agg_mode, rl.LOSS_AGG_MODES),
       ("actor.lr_schedule", c.actor.lr_schedule, LR_SCHEDULES),
       ("data.source", c.data.source, TASK_SOURCES),
-      ("tool.retriever", c.tool.retriever, RETRIEVER_BACKENDS)):
+      ("tool.retriever", c.tool.retriever, RETRIEVER_BACKENDS),
+      ("tool.python.isolation", c.tool.python.isolation, ISOLATION_MODES)):
     _check_choice(name, value, choices)
   for tool in c.tool.tools:
     _check_choice("every entry of tool.tools", tool, registered_tools())

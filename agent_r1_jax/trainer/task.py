@@ -60,7 +60,7 @@ def tool_options(c: config_dict.ConfigDict, default_corpus: str | None = None) -
   search = dict(backend=c.tool.retriever, corpus_path=c.tool.corpus_path or default_corpus,
                 index_dir=c.tool.index_path, url=c.tool.server_url, encoder_path=c.tool.encoder_path,
                 top_k=c.tool.top_k, timeout_s=c.tool.timeout_s)
-  return {"wiki_search": {k: v for k, v in search.items() if v is not None}}
+  return {"wiki_search": {k: v for k, v in search.items() if v is not None}, "python": c.tool.python.to_dict()}
 
 
 def synthetic_env(c: config_dict.ConfigDict, files: Any):

@@ -1,0 +1,317 @@
+"""Attacks on the python tool's sandbox (`tools/sandbox.py`): each must fail and leave the host unchanged.
+
+Every attack runs twice: as root (the tool as CI runs it) and as an unprivileged user in a user namespace (a
+throwaway uid, through `setpriv`, driving the same `sandbox.run_isolated` with the system interpreter; the
+venv's interpreter may live where that uid cannot read). A half that cannot run here is skipped with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import uuid
+
+import pytest
+
+from agent_r1_jax.tools import PythonTool, sandbox
+
+THROWAWAY_UID = 61_234  # no passwd entry: a user that owns nothing on this host
+SYSTEM_PYTHON = "/usr/bin/python3"
+LIMITS = sandbox.Limits(memory_mb=256, cpu_s=10, file_size_bytes=1 << 20, open_files=64, processes=16, disk_mb=8)
+TIMEOUT_S = 8.0
+SECRET_ENV = "AGENT_R1_TRAINER_SECRET"
+
+# Runs as the throwaway user: reads {code, limits, timeout_s} as JSON on stdin, runs the code in a sandbox with
+# the system interpreter, prints {status, timed_out, stdout, stderr}.
+_DRIVER = """
+import dataclasses, json, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+import sandbox
+request = json.load(sys.stdin)
+with tempfile.TemporaryDirectory() as work, open(work + "/out", "w+b") as out, open(work + "/err", "w+b") as err:
+  import os
+  os.mkdir(work + "/stage")
+  status, timed_out = sandbox.run_isolated(request["code"], work + "/stage", sandbox.Limits(**request["limits"]),
+                                           timeout_s=request["timeout_s"], stdout=out, stderr=err,
+                                           python=sys.executable)
+  out.seek(0); err.seek(0)
+  print(json.dumps({"status": status, "timed_out": timed_out, "stdout": out.read().decode("utf-8", "replace"),
+                    "stderr": err.read().decode("utf-8", "replace")}))
+"""
+
+
+def _run_here(code: str) -> dict:
+  with tempfile.TemporaryDirectory() as work, open(f"{work}/out", "w+b") as out, open(f"{work}/err", "w+b") as err:
+    os.mkdir(f"{work}/stage")
+    status, timed_out = sandbox.run_isolated(code, f"{work}/stage", LIMITS, timeout_s=TIMEOUT_S, stdout=out,
+                                             stderr=err)
+    out.seek(0)
+    err.seek(0)
+    return {"status": status, "timed_out": timed_out, "stdout": out.read().decode(), "stderr": err.read().decode()}
+
+
+def _user_runner(driver_dir: pathlib.Path):
+  def run(code: str) -> dict:
+    request = json.dumps({"code": code, "limits": LIMITS.__dict__, "timeout_s": TIMEOUT_S})
+    cmd = ["setpriv", f"--reuid={THROWAWAY_UID}", f"--regid={THROWAWAY_UID}", "--clear-groups", SYSTEM_PYTHON,
+           str(driver_dir / "driver.py"), str(driver_dir)]
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", SECRET_ENV: os.environ[SECRET_ENV]}
+    done = subprocess.run(cmd, input=request, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+  return run
+
+
+@pytest.fixture(scope="module", params=["root", "unprivileged"])
+def run(request):
+  """`code -> {status, timed_out, stdout, stderr}` in a sandbox, as root or as an unprivileged user."""
+  os.environ.setdefault(SECRET_ENV, "s3cr3t-" + uuid.uuid4().hex)
+  root = os.geteuid() == 0
+  if request.param == "root":
+    if not root:
+      pytest.skip("not running as root: the root half needs root")
+    sandbox.check_available()
+    yield _run_here
+    return
+  if not root:  # this process is the unprivileged user
+    try:
+      sandbox.check_available()
+    except sandbox.SandboxUnavailable as e:
+      pytest.skip(f"unprivileged user namespaces are off here: {e}")
+    yield _run_here
+    return
+  if not os.path.exists(SYSTEM_PYTHON):
+    pytest.skip(f"{SYSTEM_PYTHON} (an interpreter the throwaway user can run) is not installed")
+  driver_dir = pathlib.Path(tempfile.mkdtemp(prefix="agent_r1_driver_"))  # pytest's tmp is root-only
+  shutil.copy(sandbox.__file__, driver_dir / "sandbox.py")
+  (driver_dir / "driver.py").write_text(textwrap.dedent(_DRIVER))
+  for path in (driver_dir, *driver_dir.iterdir()):
+    path.chmod(0o755)
+  runner = _user_runner(driver_dir)
+  try:
+    probe = runner("print('sandbox ok')")
+    if probe["stdout"].strip() != "sandbox ok":
+      pytest.skip(f"an unprivileged user cannot build the sandbox here (user namespaces off?): "
+                  f"{probe['stderr'][-300:]}")
+    yield runner
+  finally:
+    shutil.rmtree(driver_dir)
+
+
+@pytest.fixture
+def host_file(tmp_path):
+  """A world-readable file outside any sandbox, in a world-traversable directory."""
+  folder = pathlib.Path(tempfile.mkdtemp(prefix="agent_r1_host_"))
+  folder.chmod(0o755)
+  path = folder / "secret.txt"
+  path.write_text("host secret " + uuid.uuid4().hex)
+  path.chmod(0o644)
+  yield path
+  shutil.rmtree(folder)
+
+
+def _processes_with(marker: str) -> list[int]:
+  """Host PIDs whose command line contains `marker`."""
+  found = []
+  for entry in pathlib.Path("/proc").iterdir():
+    if entry.name.isdigit():
+      try:
+        if marker.encode() in (entry / "cmdline").read_bytes():
+          found.append(int(entry.name))
+      except OSError:
+        pass
+  return found
+
+
+def test_reading_a_host_file_fails(run, host_file):
+  before = host_file.read_text()
+  out = run(f"try:\n  print(open({str(host_file)!r}).read())\nexcept OSError as e:\n  print('refused', type(e).__name__)")
+  assert before not in out["stdout"] and "refused FileNotFoundError" in out["stdout"]
+  # The host's own files are absent, not only unreadable: / holds the runtime's folders, /etc the loader cache.
+  out = run("import os, sys\nprint(sorted(os.listdir('/')))\nprint(os.listdir('/etc'), os.listdir('/tmp'))\n"
+            "print(os.path.exists('/etc/passwd'), os.path.exists('/etc/shadow'), os.path.exists('/home'))")
+  top, etc_tmp, exists = out["stdout"].splitlines()
+  runtime = {pathlib.Path(p).resolve().parts[1] for p in (sys.prefix, sys.base_prefix, SYSTEM_PYTHON)}
+  assert set(eval(top)) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sandbox", "sbin",
+                            "tmp", "usr"} | runtime  # noqa: S307 (a list of names the test printed)
+  assert etc_tmp == "['ld.so.cache'] []" and exists == "False False False"
+  assert host_file.read_text() == before
+
+
+def test_writing_outside_the_sandbox_fails(run, host_file):
+  target = host_file.parent / "written_by_snippet.txt"
+  code = textwrap.dedent(f"""
+      import sys
+      for path in ({str(target)!r}, '/usr/agent_r1_pwned', sys.prefix + '/agent_r1_pwned', '/agent_r1_pwned'):
+        try:
+          open(path, 'w').write('pwned')
+          print('WROTE', path)
+        except OSError as e:
+          print('refused', path, type(e).__name__)
+      open('inside.txt', 'w').write('fine')
+      print('inside ok')
+  """)
+  out = run(code)
+  assert "WROTE" not in out["stdout"] and out["stdout"].count("refused") == 4 and "inside ok" in out["stdout"]
+  assert not target.exists() and not pathlib.Path("/usr/agent_r1_pwned").exists()
+  assert not pathlib.Path(sys.prefix, "agent_r1_pwned").exists()
+
+
+def test_connecting_to_a_host_tcp_server_fails(run):
+  server = socket.create_server(("127.0.0.1", 0))
+  server.settimeout(0.5)
+  port = server.getsockname()[1]
+  accepted = []
+
+  def accept_for(seconds: float):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+      try:
+        accepted.append(server.accept()[0])
+      except OSError:
+        pass
+
+  thread = threading.Thread(target=accept_for, args=(TIMEOUT_S + 2,))
+  thread.start()
+  code = (f"import socket\ntry:\n  socket.create_connection(('127.0.0.1', {port}), timeout=3)\n  print('CONNECTED')\n"
+          f"except OSError as e:\n  print('refused', e.errno)")
+  out = run(code)
+  thread.join()
+  server.close()
+  assert "CONNECTED" not in out["stdout"] and "refused" in out["stdout"] and not accepted
+
+
+def test_resolving_a_host_name_fails(run):
+  code = textwrap.dedent("""
+      import socket
+      for name in ('localhost', 'pypi.org'):
+        try:
+          print('RESOLVED', name, socket.getaddrinfo(name, 80)[0][4])
+        except OSError as e:
+          print('refused', name, type(e).__name__)
+  """)
+  out = run(code)
+  assert "RESOLVED" not in out["stdout"] and out["stdout"].count("refused") == 2
+
+
+def test_a_fork_bomb_is_bounded_and_leaves_nothing(run):
+  marker = "agent_r1_bomb_" + uuid.uuid4().hex
+  code = textwrap.dedent(f"""
+      import os, sys, time
+      refused = 0
+      for _ in range(200):
+        try:
+          if os.fork() == 0:
+            os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}])
+        except OSError:
+          refused += 1
+      print('refused forks', refused, flush=True)
+      time.sleep(60)
+  """)
+  out = run(code)
+  assert out["timed_out"]
+  refused = int(out["stdout"].split("refused forks")[1].split()[0])
+  assert refused >= 200 - LIMITS.processes  # at most `processes` ever ran at once
+  time.sleep(0.5)
+  assert _processes_with(marker) == []
+
+
+def test_a_setsid_child_does_not_outlive_the_call(run):
+  marker = "agent_r1_escape_" + uuid.uuid4().hex
+  code = textwrap.dedent(f"""
+      import os, sys
+      if os.fork() == 0:
+        os.setsid()
+        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}])
+      print('parent exits at once')
+  """)
+  out = run(code)
+  assert "parent exits at once" in out["stdout"] and not out["timed_out"]
+  time.sleep(0.5)
+  assert _processes_with(marker) == []
+  # The same child when the parent itself runs past the time limit.
+  out = run(code.replace("print('parent exits at once')", "import time; time.sleep(60)"))
+  assert out["timed_out"]
+  time.sleep(0.5)
+  assert _processes_with(marker) == []
+
+
+def test_allocating_beyond_the_memory_limit_fails(run):
+  out = run("x = bytearray(1024 * 1024 * 1024)\nprint('ALLOCATED')")
+  assert "ALLOCATED" not in out["stdout"] and "MemoryError" in out["stderr"]
+
+
+def test_filling_the_disk_stops_at_the_limits_and_the_host_disk_is_untouched(run):
+  usage = shutil.disk_usage(tempfile.gettempdir()).used
+  code = textwrap.dedent("""
+      import errno, os
+      chunk = b'x' * (1 << 20)
+      try:
+        with open('big.bin', 'wb') as f:
+          for _ in range(64):
+            f.write(chunk)
+      except OSError as e:
+        print('one file stopped:', errno.errorcode[e.errno])
+      os.remove('big.bin')
+      written = 0
+      try:
+        for i in range(64):
+          with open(f'part{i}.bin', 'wb') as f:
+            f.write(b'x' * (512 << 10))
+          written += 1
+      except OSError as e:
+        print('many files stopped:', errno.errorcode[e.errno], 'after', written)
+  """)
+  out = run(code)
+  assert "one file stopped: EFBIG" in out["stdout"]  # RLIMIT_FSIZE: 1 MB per file
+  assert "many files stopped: ENOSPC" in out["stdout"]  # the 8 MB tmpfs
+  assert int(out["stdout"].split("after")[1]) < 16
+  assert abs(shutil.disk_usage(tempfile.gettempdir()).used - usage) < 4 * (1 << 20)
+
+
+def test_the_trainer_environment_is_invisible(run):
+  secret = os.environ[SECRET_ENV]
+  code = textwrap.dedent("""
+      import os
+      print(sorted(os.environ))
+      for pid in os.listdir('/proc'):
+        if pid.isdigit():
+          try:
+            print(pid, open(f'/proc/{pid}/environ', 'rb').read())
+          except OSError as e:
+            print(pid, type(e).__name__)
+      print('ppid', os.getppid())
+  """)
+  out = run(code)
+  assert secret not in out["stdout"] and SECRET_ENV not in out["stdout"]
+  assert out["stdout"].splitlines()[0] == "['HOME', 'LANG', 'PATH', 'PYTHONIOENCODING']"
+
+
+def test_the_tool_refuses_to_start_without_namespaces_unless_told_to_run_unsafe(monkeypatch, caplog):
+  sandbox.check_available.cache_clear()
+  monkeypatch.setattr(sandbox, "_PATH", "/nonexistent")  # no unshare / setpriv / pivot_root to be found
+  try:
+    with pytest.raises(sandbox.SandboxUnavailable, match=r"needs util-linux's unshare.*isolation='none'"):
+      PythonTool()
+    tool = PythonTool(isolation="none")
+    assert "UNSAFE" in caplog.text and tool.call({"code": "print(6 * 7)"}).content == "42\n"
+  finally:
+    sandbox.check_available.cache_clear()
+
+
+def test_the_config_section_reaches_the_tool():
+  from agent_r1_jax.tools import build_tools  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.trainer import config as config_lib, task as task_lib  # pylint: disable=import-outside-toplevel
+  c = config_lib.base_config("grpo", "tiny")
+  c.tool.python.update(dict(isolation="none", time_limit_s=2.0, disk_limit_mb=4))
+  (tool,) = build_tools(["python"], task_lib.tool_options(c))
+  assert (tool.isolation, tool.time_limit_s, tool.limits.disk_mb) == ("none", 2.0, 4)
