@@ -1,9 +1,9 @@
 """`BaseToolEnv`: turns one assistant turn into tool calls, runs them, and renders the observation.
 
-An environment step takes the decoded text of ONE assistant turn (special tokens kept) and returns
-`(observation, successes, active)`:
+An environment step takes the decoded text of ONE assistant turn (special tokens kept) and returns a
+`StepResult(observation, successes, active)`:
 
-* no tool call in the turn -> it is the final answer: `("", [], False)`;
+* no tool call in the turn -> it is the final answer: `StepResult("", [], False)`;
 * otherwise every parsed call (only the first unless `parallel_tool_calls`) is resolved to a tool and run,
   each result is cut to `max_tool_response_length` characters, and the observation is the text that
   closes the assistant turn, shows the results and opens the next assistant turn (format: subclasses).
@@ -19,12 +19,17 @@ from __future__ import annotations
 import abc
 import concurrent.futures
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from agent_r1_jax.tools import errors
 from agent_r1_jax.tools.base import BaseTool, ToolResult
 
-StepResult = tuple[str, list[bool], bool]
+class StepResult(NamedTuple):
+  """The environment's answer to one assistant turn (a plain `(observation, successes, active)` tuple from a
+  custom env is accepted too: the rollout driver reads it as this)."""
+  observation: str  # the text appended to the context: closes the turn, shows the results, opens the next
+  successes: list[bool]  # one per executed tool call
+  active: bool  # False: the turn held no tool call, it is the final answer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,13 +117,13 @@ class BaseToolEnv(abc.ABC):
     # Lone surrogates (e.g. a model-written "\ud800" echoed back) cannot be tokenized; make them "?".
     contents = [self.truncate(r.content).encode("utf-8", "replace").decode("utf-8") for r in results]
     observation = self.format_tool_response(contents, raw_response)
-    return observation, [bool(r.success) for r in results], True
+    return StepResult(observation, [bool(r.success) for r in results], True)
 
   def step(self, raw_response: str) -> StepResult:
     """One turn -> (observation, per-call successes, active)."""
     calls = self._calls_of(raw_response)
     if not calls:
-      return "", [], False
+      return StepResult("", [], False)
     results = []
     for call in calls:
       target = self._resolve(call)
@@ -149,7 +154,7 @@ class BaseToolEnv(abc.ABC):
     out: list[StepResult] = []
     for raw, row_results in zip(raw_responses, results):
       if not row_results:
-        out.append(("", [], False))
+        out.append(StepResult("", [], False))
       else:
         out.append(self._finish(raw, row_results))  # type: ignore[arg-type]
     return out

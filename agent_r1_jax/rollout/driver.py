@@ -93,9 +93,10 @@ def _apply_step_results(ep: EpisodeState, rows: np.ndarray, results: Sequence[tu
   slots, the context, or (otherwise) the per-turn budget. A tool call on the last allowed turn ends the row
   (MAX_TURNS) without its observation.
   """
-  calls = np.asarray([r[2] for r in results], bool)
-  ep.num_tool_calls[rows] += np.asarray([len(r[1]) for r in results], np.int32)
-  ep.num_tool_errors[rows] += np.asarray([sum(not s for s in r[1]) for r in results], np.int32)
+  # Each result is the env's (observation, successes, active): `envs.StepResult` or a plain tuple.
+  calls = np.asarray([active for _, _, active in results], bool)
+  ep.num_tool_calls[rows] += np.asarray([len(successes) for _, successes, _ in results], np.int32)
+  ep.num_tool_errors[rows] += np.asarray([sum(not s for s in successes) for _, successes, _ in results], np.int32)
 
   answered = rows[~calls]
   room_response, room_context = ep.room(config.context_limit)
@@ -110,7 +111,7 @@ def _apply_step_results(ep: EpisodeState, rows: np.ndarray, results: Sequence[tu
   calling = rows[calls]
   last_turn = ep.num_turns[calling] >= config.max_turns
   ep.finish(calling[last_turn], EpisodeStop.MAX_TURNS)
-  observations = [r[0] for r in results if r[2]]
+  observations = [observation for observation, _, active in results if active]
   return [(int(b), obs) for b, obs, last in zip(calling, observations, last_turn) if not last]
 
 
