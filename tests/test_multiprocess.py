@@ -73,7 +73,7 @@ def _worker(out_dir: pathlib.Path) -> None:
   from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=import-outside-toplevel
 
   from agent_r1_jax.data.loader import example_iterator  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.rollout.multihost import any_across_processes  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.sampling.multihost import any_across_processes  # pylint: disable=import-outside-toplevel
 
   pid = jax.process_index()
   report: dict = {"plan": plan.kind, "process_index": pid, "process_count": jax.process_count(),

@@ -29,7 +29,7 @@ from agent_r1_jax.rollout import stop_strings, validation
 from agent_r1_jax.rollout.batch import EpisodeStop, TrajectoryBatch
 from agent_r1_jax.rollout.config import RolloutConfig
 from agent_r1_jax.rollout.episode_state import EpisodeState
-from agent_r1_jax.rollout.multihost import any_across_processes
+from agent_r1_jax.sampling.multihost import any_across_processes
 from agent_r1_jax.sampling.params import StopReason
 
 ProcessRewardFn = Callable[[int, np.ndarray, list[str], list[tuple[str, list[bool], bool]]], Sequence[float]]

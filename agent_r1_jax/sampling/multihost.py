@@ -1,4 +1,5 @@
-"""What the sampler needs to run the same programs on every process of a multi-controller JAX job.
+"""What the sampler and the episode driver need to run the same programs on every process of a multi-controller
+JAX job.
 
 Under multi-controller JAX every process must issue the same jitted calls with the same static shapes, while
 each process holds only its own (local) rows. So:
@@ -7,7 +8,9 @@ each process holds only its own (local) rows. So:
     `agreed_max` is one small `process_allgather` of a few ints (no communication with one process);
   * a local `[b, ...]` host array becomes one global `[b * processes, ...]` device array whose rows
     `[i * b, (i + 1) * b)` are process i's (`global_rows`); replicated inputs are identical everywhere;
-  * results come back to the host from this process's addressable shards only (`local_rows`).
+  * results come back to the host from this process's addressable shards only (`local_rows`);
+  * the driver's turn loop runs until no row of any process is active (`any_across_processes`): a process
+    whose own rows have all finished keeps calling the sampler with all-zero budgets until then.
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ def agreed_max(values: Sequence[int]) -> np.ndarray:
     return local
   gathered = np.asarray(multihost_utils.process_allgather(local))  # [processes, n]
   return gathered.reshape(-1, local.size).max(axis=0)
+
+
+def any_across_processes(local_flags: np.ndarray) -> bool:
+  """True when any element of any process's `local_flags` is true (no communication with one process)."""
+  return bool(agreed_max([int(np.any(local_flags))])[0])
 
 
 def global_rows(x: np.ndarray, mesh: Mesh) -> jax.Array:
