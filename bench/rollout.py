@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 
 import jax
@@ -32,9 +33,12 @@ from agent_r1_jax.envs import NousToolEnv
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM
 from agent_r1_jax.retrieval import BM25Index, Passage, load_corpus
 from agent_r1_jax.rollout import EpisodeStop, RolloutConfig, run_episodes
-from agent_r1_jax.rollout.synthetic_policy import add_token_chain, byte_tokenizer, chain_bonus, merge_bonus
 from agent_r1_jax.sampling import Sampler, SamplingParams
 from agent_r1_jax.tools import WikiSearchTool
+
+# The tool-calling random policy the rollout tests use (tests/scripted_policy.py).
+sys.path.insert(0, str(paths.REPO_ROOT / "tests"))
+from scripted_policy import add_token_chain, byte_tokenizer, chain_bonus, merge_bonus  # noqa: E402
 
 CALL_HEAD = '{"name": "search", "arguments": {"query": "'
 CALL_TAIL = '"}}'

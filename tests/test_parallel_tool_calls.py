@@ -23,7 +23,7 @@ from flax import nnx
 from agent_r1_jax.envs import NousToolEnv
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM
 from agent_r1_jax.rollout import EpisodeStop, run_episodes, stop_strings, validation
-from agent_r1_jax.rollout.synthetic_policy import add_token_chain, byte_tokenizer, chain_bonus
+from scripted_policy import add_token_chain, byte_tokenizer, chain_bonus
 from agent_r1_jax.sampling import SamplingParams
 from agent_r1_jax.tools import BaseTool, ToolResult
 from agent_r1_jax.trainer import build

@@ -14,7 +14,7 @@ import pytest
 
 from agent_r1_jax.data import prompts
 from agent_r1_jax.envs import NousToolEnv
-from agent_r1_jax.rollout.synthetic_policy import byte_tokenizer
+from scripted_policy import byte_tokenizer
 from agent_r1_jax.tools import BaseTool, ToolResult
 from smollm2_tokenizer import smollm2_tokenizer  # noqa: F401  (fixture)
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from agent_r1_jax.rollout import EpisodeStop, RolloutConfig, TrajectoryBatch, run_episodes
-from agent_r1_jax.rollout.synthetic_policy import byte_tokenizer
+from scripted_policy import byte_tokenizer
 from agent_r1_jax.sampling import multihost
 
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>")

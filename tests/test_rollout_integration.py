@@ -18,7 +18,7 @@ from agent_r1_jax.envs import NousToolEnv
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM
 from agent_r1_jax.retrieval import BM25Index, Passage
 from agent_r1_jax.rollout import EpisodeStop, RolloutConfig, run_episodes
-from agent_r1_jax.rollout.synthetic_policy import add_token_chain, byte_tokenizer, chain_bonus, merge_bonus
+from scripted_policy import add_token_chain, byte_tokenizer, chain_bonus, merge_bonus
 from agent_r1_jax.sampling import Sampler, SamplingParams
 from agent_r1_jax.tools import WikiSearchTool
 

@@ -18,7 +18,7 @@ from jax.experimental import multihost_utils
 
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM
 from agent_r1_jax.rollout import RolloutConfig, run_episodes
-from agent_r1_jax.rollout.synthetic_policy import byte_tokenizer
+from scripted_policy import byte_tokenizer
 from agent_r1_jax.sampling import Sampler, SamplingParams, StopReason, compiled_programs
 from test_sampler import left_pad
 from agent_r1_jax.sampling import programs

@@ -47,7 +47,7 @@ def rollout(process_id: int, mesh=None):
 
   from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.rollout import RolloutConfig, run_episodes  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.rollout.synthetic_policy import byte_tokenizer  # pylint: disable=import-outside-toplevel
+  from scripted_policy import byte_tokenizer  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.sampling import Sampler, SamplingParams, multihost  # pylint: disable=import-outside-toplevel
 
   tok = byte_tokenizer()

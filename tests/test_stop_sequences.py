@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from agent_r1_jax.envs import NousToolEnv
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM, abstract_model
 from agent_r1_jax.rollout import stop_strings
-from agent_r1_jax.rollout.synthetic_policy import add_token_chain
+from scripted_policy import add_token_chain
 from agent_r1_jax.sampling import Sampler, SamplingParams, StopReason
 from agent_r1_jax.sampling import stop_sequences as stops_lib
 import padding

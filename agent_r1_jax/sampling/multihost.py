@@ -36,7 +36,10 @@ def agreed_max(values: Sequence[int]) -> np.ndarray:
 
 def any_across_processes(local_flags: np.ndarray) -> bool:
   """True when any element of any process's `local_flags` is true (no communication with one process)."""
-  return bool(agreed_max([int(np.any(local_flags))])[0])
+  local = bool(np.any(local_flags))
+  if jax.process_count() == 1:
+    return local
+  return bool(np.any(np.asarray(multihost_utils.process_allgather(np.asarray([local], np.int32)))))
 
 
 def global_rows(x: np.ndarray, mesh: Mesh) -> jax.Array:
