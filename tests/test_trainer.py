@@ -37,12 +37,7 @@ def micro_config(algorithm: str, **overrides):
   c.actor.update(dict(micro_batch_size_per_device=2, lr=1e-3))
   c.critic.update(dict(micro_batch_size_per_device=2))
   c.sft.update(dict(enabled=False))
-  for dotted, value in overrides.items():
-    node = c
-    *parents, leaf = dotted.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
+  c.update_from_flattened_dict(overrides)
   return c
 
 

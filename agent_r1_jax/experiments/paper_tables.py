@@ -92,12 +92,7 @@ def run_config(algorithm: str, preset: str, overrides: Mapping[str, Any]) -> con
   """`base_config(algorithm, preset)` with `overrides` ({dotted field: value}) applied."""
   from agent_r1_jax.trainer.config import base_config  # pylint: disable=import-outside-toplevel
   c = base_config(algorithm, preset)
-  for dotted, value in overrides.items():
-    *parents, leaf = dotted.split(".")
-    node = c
-    for part in parents:
-      node = node[part]
-    node[leaf] = value
+  c.update_from_flattened_dict(dict(overrides))
   return c
 
 
