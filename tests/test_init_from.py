@@ -96,8 +96,10 @@ def test_a_missing_source_is_one_clear_error(tmp_path):
 def test_a_source_of_another_architecture_is_one_clear_error(source, tmp_path):
   src_dir, _ = source
   wider = micro_config("grpo", init_from=str(src_dir), **{"model.hidden_size": 48})
-  with pytest.raises(IncompatibleCheckpointError, match=r"init_from=.*does not match the model config .*hidden_size=48"):
+  with pytest.raises(IncompatibleCheckpointError,
+                     match=r"init_from=.*does not match the model config .*hidden_size=48"):
     loop.train(wider, tmp_path / "run")
-  with pytest.raises(IncompatibleCheckpointError, match=r"init_from=.*another architecture .*hidden_size: 32 there, 48"):
+  with pytest.raises(IncompatibleCheckpointError,
+                     match=r"init_from=.*another architecture .*hidden_size: 32 there, 48"):
     loop.train(micro_config("grpo", init_from=str(src_dir / "hf_export"), **{"model.hidden_size": 48}),
                tmp_path / "run2")

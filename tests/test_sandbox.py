@@ -134,7 +134,8 @@ def _processes_with(marker: str) -> list[int]:
 
 def test_reading_a_host_file_fails(run, host_file):
   before = host_file.read_text()
-  out = run(f"try:\n  print(open({str(host_file)!r}).read())\nexcept OSError as e:\n  print('refused', type(e).__name__)")
+  out = run(f"try:\n  print(open({str(host_file)!r}).read())\n"
+            f"except OSError as e:\n  print('refused', type(e).__name__)")
   assert before not in out["stdout"] and "refused FileNotFoundError" in out["stdout"]
   # The host's own files are absent, not only unreadable: / holds the runtime's folders, /etc the loader cache.
   out = run("import os, sys\nprint(sorted(os.listdir('/')))\nprint(os.listdir('/etc'), os.listdir('/tmp'))\n"

@@ -33,10 +33,19 @@ import sys
 import time
 from typing import Any, Mapping, Sequence
 
+import jax
+import numpy as np
 from absl import app, flags
 from ml_collections import config_dict, config_flags
+from tqdm import tqdm
 
 from agent_r1_jax import paths
+from agent_r1_jax.evaluation import pipeline
+from agent_r1_jax.evaluation.report import DATASET_LABELS
+from agent_r1_jax.trainer import actor_checkpoint, build, loop
+from agent_r1_jax.trainer import config as config_lib
+from agent_r1_jax.trainer import task as task_lib
+from agent_r1_jax.trainer.metrics import read_metrics
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", str(paths.REPO_ROOT / "configs" / "grpo_multihopqa.py"),
@@ -90,16 +99,13 @@ def user_overrides(argv: Sequence[str], flag_config: config_dict.ConfigDict) -> 
 
 def run_config(algorithm: str, preset: str, overrides: Mapping[str, Any]) -> config_dict.ConfigDict:
   """`base_config(algorithm, preset)` with `overrides` ({dotted field: value}) applied."""
-  from agent_r1_jax.trainer.config import base_config  # pylint: disable=import-outside-toplevel
-  c = base_config(algorithm, preset)
+  c = config_lib.base_config(algorithm, preset)
   c.update_from_flattened_dict(dict(overrides))
   return c
 
 
 def params_sha256(tree: Any) -> str:
   """SHA-256 of every array of `tree` (leaf order, dtype and bytes): equal hashes, equal parameters."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
   digest = hashlib.sha256()
   for leaf in jax.tree.leaves(tree):
     array = np.asarray(leaf)
@@ -109,7 +115,6 @@ def params_sha256(tree: Any) -> str:
 
 def step0_sha256(workdir: pathlib.Path) -> str:
   """The hash of the actor in `workdir`'s step-0 checkpoint (the policy RL started from)."""
-  from agent_r1_jax.trainer import actor_checkpoint, build, task as task_lib  # pylint: disable=import-outside-toplevel
   c = actor_checkpoint.read_workdir_config(workdir)
   arch = build.model_config(c, vocab_size=len(task_lib.build_task(c).tokenizer))
   return params_sha256(actor_checkpoint.restore_actor(workdir, c, arch, build.build_mesh(c), step=0)[1])
@@ -119,9 +124,8 @@ def train_once(c: config_dict.ConfigDict, workdir: pathlib.Path) -> dict[str, An
   """Trains `c` in `workdir` unless it finished there before; returns its wall time and whether it was reused."""
   if (workdir / "summary.json").is_file():
     return {"reused": True}
-  from agent_r1_jax.trainer.loop import train  # pylint: disable=import-outside-toplevel
   t0 = time.perf_counter()
-  result = train(c, workdir)
+  result = loop.train(c, workdir)
   if result.preempted:
     raise SystemExit(f"{workdir} was interrupted (SIGTERM) at step {result.step}; rerun to resume")
   return {"reused": False, "train_seconds": time.perf_counter() - t0}
@@ -129,10 +133,10 @@ def train_once(c: config_dict.ConfigDict, workdir: pathlib.Path) -> dict[str, An
 
 def evaluate_once(workdir: pathlib.Path, out_dir: pathlib.Path, methods: list[str],
                   num_examples: int) -> dict[str, Any]:
-  """The evaluation (`evaluation.pipeline.run`, as the CLI runs it) of `workdir`'s latest policy with `methods`, unless `out_dir` holds it already."""
+  """`workdir`'s latest policy evaluated with `methods` (`evaluation.pipeline.run`, what `agent_r1_jax.evaluate`
+  runs) into `out_dir`, unless it holds that evaluation already; returns its {method: {dataset: summary}}."""
   results = out_dir / "results.json"
   if not results.is_file():
-    from agent_r1_jax.evaluation import pipeline  # pylint: disable=import-outside-toplevel
     pipeline.run(workdir=str(workdir), hf_checkpoint=None, base_hf_checkpoint=None, step=None, methods=methods,
                  datasets=[], out_dir=str(out_dir), num_examples=num_examples, batch_size=0, samples_per_dataset=3,
                  seed=0)
@@ -148,7 +152,6 @@ def row_metrics(per_dataset: Mapping[str, Mapping[str, float]]) -> dict[str, Any
 
 def markdown_table(rows: Sequence[tuple[str, dict[str, Any], float | None]]) -> str:
   """`rows` of (label, row_metrics, paper's average EM) as one markdown table."""
-  from agent_r1_jax.evaluation.report import DATASET_LABELS  # pylint: disable=import-outside-toplevel
   datasets = list(rows[0][1]["em"])
   header = (["Method"] + [f"EM {DATASET_LABELS.get(d, d)}" for d in datasets]
             + ["EM avg.", "paper EM avg. (Qwen2.5-3B)", "substring", "F1", "tool calls"])
@@ -178,7 +181,6 @@ def plot_em_curves(results: Mapping[str, Any], workdir: pathlib.Path, specs: Seq
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.trainer.metrics import read_metrics  # pylint: disable=import-outside-toplevel
 
   fig, (curves, bars) = plt.subplots(1, 2, figsize=(14, 4.2))
   curves.axhline(results["baselines"]["base_tool_call"]["avg_em"], color="gray", linestyle=":",
@@ -211,7 +213,6 @@ def _mean_eval_em(row: Mapping[str, Any]) -> float:
 def run_tables(workdir: str | pathlib.Path, *, preset: str, overrides: Mapping[str, Any],
                run_names: Sequence[str] = (), num_examples: int = 200, progress: bool = True) -> dict[str, Any]:
   """Warm-up, runs, evaluations and tables (see the module docstring); returns what results.json holds."""
-  from tqdm import tqdm  # pylint: disable=import-outside-toplevel
   unknown = sorted(set(run_names) - {s.name for s in RUNS})
   if unknown:
     raise ValueError(f"unknown run(s) {unknown} in --runs; choose from {[s.name for s in RUNS]}")
