@@ -5,7 +5,7 @@ Not a test: prints tokens/s measured in this run on this machine, for two passes
   * update:   one `Learner.actor_step` (forward, backward over every micro-batch with gradient
               accumulation, global-norm clipping, one AdamW step) against the same in PyTorch
               (`loss.backward()` per micro-batch, `clip_grad_norm_`, `torch.optim.AdamW.step`);
-  * log-prob: one `Learner.log_probs` pass (response log-probs and entropy, micro-batch by micro-batch)
+  * log-prob: one `Learner.logprobs` pass (response log-probs and entropy, micro-batch by micro-batch)
               against the same forward under `torch.inference_mode`.
 
 Target: ours >= 1x PyTorch on both passes, at both shapes.
@@ -250,14 +250,14 @@ def add_old_and_ref(batch: dict[str, np.ndarray], logp: np.ndarray, seed: int = 
   m = batch["loss_mask"]
   old = (logp + 0.3 * rng.randn(*logp.shape)).astype(np.float32) * m
   ref = (logp + 0.1 * rng.randn(*logp.shape)).astype(np.float32) * m
-  return {**batch, "old_log_probs": old, "ref_log_probs": ref}
+  return {**batch, "old_logprobs": old, "ref_logprobs": ref}
 
 
 # --------------------------------------------------------------------------------------------------
 # The PyTorch side.
 
 
-def torch_log_probs(hf, ids, mask, prompt: int, response: int, *, with_entropy: bool):
+def torch_logprobs(hf, ids, mask, prompt: int, response: int, *, with_entropy: bool):
   """Response log-probs `[m, R]` (with grad) and entropy (detached, or None) of one micro-batch.
 
   Positions are `cumsum(mask) - 1` clipped at 0 (left padding); the LM head sees the response slice only.
@@ -305,21 +305,21 @@ class TorchLearner:
     p, r = self.shape.prompt, self.shape.response
     self.opt.zero_grad(set_to_none=True)
     for mb in self.micro:
-      logp, _ = torch_log_probs(self.hf, mb["input_ids"], mb["attention_mask"], p, r, with_entropy=True)
-      total = torch_actor_total(logp, mb["old_log_probs"], mb["ref_log_probs"], mb["advantages"], mb["loss_mask"])
+      logp, _ = torch_logprobs(self.hf, mb["input_ids"], mb["attention_mask"], p, r, with_entropy=True)
+      total = torch_actor_total(logp, mb["old_logprobs"], mb["ref_logprobs"], mb["advantages"], mb["loss_mask"])
       (total / self.denominator).backward()
     norm = torch.nn.utils.clip_grad_norm_(self.hf.parameters(), 1.0)
     self.opt.step()
     return float(norm)
 
-  def log_probs(self) -> tuple[np.ndarray, np.ndarray]:
+  def logprobs(self) -> tuple[np.ndarray, np.ndarray]:
     """Log-probs and entropy `[B, R]` in row order, no autograd."""
     p, r, n = self.shape.prompt, self.shape.response, len(self.micro)
     logp = np.zeros((self.shape.rows, r), np.float32)
     ent = np.zeros((self.shape.rows, r), np.float32)
     with torch.inference_mode():
       for j, mb in enumerate(self.micro):
-        lp, e = torch_log_probs(self.hf, mb["input_ids"], mb["attention_mask"], p, r, with_entropy=True)
+        lp, e = torch_logprobs(self.hf, mb["input_ids"], mb["attention_mask"], p, r, with_entropy=True)
         logp[j::n], ent[j::n] = lp.numpy(), e.numpy()
     return logp, ent
 
@@ -348,8 +348,8 @@ class OurLearner:
                                                                    num_micro=self.num_micro)
     return float(metrics["actor/grad_norm"])
 
-  def log_probs(self) -> tuple[jax.Array, jax.Array]:
-    out = self.learner.log_probs(self.params, self.batch, num_micro=self.num_micro, with_entropy=True)
+  def logprobs(self) -> tuple[jax.Array, jax.Array]:
+    out = self.learner.logprobs(self.params, self.batch, num_micro=self.num_micro, with_entropy=True)
     return jax.block_until_ready(out)
 
 
@@ -368,15 +368,15 @@ def run_shape(shape: Shape, repeats: int) -> list[tuple[str, str, int, float, fl
   graphdef, params, hf = build_models(shape)
   batch = make_batch(shape)
   probe = OurLearner(graphdef, params, shape, 0, batch)
-  logp0, _ = probe.log_probs()
+  logp0, _ = probe.logprobs()
   batch = add_old_and_ref(batch, np.asarray(logp0))
   del probe
   rows = []
   theirs = TorchLearner(hf, shape, batch)
-  t_logp, t_ent = theirs.log_probs()
+  t_logp, t_ent = theirs.logprobs()
   for chunk in shape.logits_chunks:
     ours = OurLearner(graphdef, params, shape, chunk, batch)
-    o_logp, o_ent = (np.asarray(x) for x in ours.log_probs())
+    o_logp, o_ent = (np.asarray(x) for x in ours.logprobs())
     on = batch["attention_mask"][:, shape.prompt:] > 0
     print(f"  logits_chunk_size={chunk}: max |logp ours - torch| {np.abs(o_logp - t_logp)[on].max():.2e}, "
           f"max |entropy diff| {np.abs(o_ent - t_ent)[on].max():.2e} (over {int(on.sum())} response tokens)",
@@ -387,7 +387,7 @@ def run_shape(shape: Shape, repeats: int) -> list[tuple[str, str, int, float, fl
       print(f"  first update's gradient norm: ours {g_ours:.6e}, torch {g_torch:.6e} "
             f"(rel diff {abs(g_ours - g_torch) / g_torch:.1e})", flush=True)
     for what, fn_ours, fn_theirs in (("update", ours.update, theirs.update),
-                                     ("log-prob", ours.log_probs, theirs.log_probs)):
+                                     ("log-prob", ours.logprobs, theirs.logprobs)):
       t_o, t_t = timed_pair(fn_ours, fn_theirs, repeats)
       report(what + ":", tokens, t_o, t_t)
       rows.append((shape.name, what, chunk, tokens / t_o.median, tokens / t_t.median))

@@ -31,21 +31,21 @@ def _batch(seed: int = 0) -> dict[str, jax.Array]:
   return {
       "input_ids": jnp.asarray(ids),
       "attention_mask": jnp.asarray(np.concatenate([prompt_mask, resp_mask], 1)),
-      "responses": jnp.asarray(ids[:, P:]),
+      "response_ids": jnp.asarray(ids[:, P:]),
       "loss_mask": jnp.asarray(action, jnp.float32),
       "advantage_mask": jnp.asarray(action, jnp.float32),
-      "old_log_probs": jnp.asarray(rng.normal(-3.0, 0.3, (B, R)), jnp.float32),
-      "ref_log_probs": jnp.asarray(rng.normal(-3.0, 0.3, (B, R)), jnp.float32),
+      "old_logprobs": jnp.asarray(rng.normal(-3.0, 0.3, (B, R)), jnp.float32),
+      "ref_logprobs": jnp.asarray(rng.normal(-3.0, 0.3, (B, R)), jnp.float32),
       "advantages": jnp.asarray(rng.normal(size=(B, R)) * action, jnp.float32),
       "returns": jnp.asarray(rng.normal(size=(B, R)), jnp.float32),
       "old_values": jnp.asarray(rng.normal(size=(B, R)), jnp.float32),
   }
 
 
-def test_response_log_probs_match_full_forward_gather():
+def test_response_logprobs_match_full_forward_gather():
   model = Qwen2ForCausalLM(_config(), rngs=nnx.Rngs(0))
   batch = _batch()
-  logp, entropy = lrn.response_log_probs(model, batch, with_entropy=True)
+  logp, entropy = lrn.response_logprobs(model, batch, with_entropy=True)
   logits = np.asarray(model(batch["input_ids"], batch["attention_mask"]), np.float64)
   ids = np.asarray(batch["input_ids"])
   expected = np.zeros((B, R))

@@ -31,7 +31,7 @@ def _exactness_batch() -> dict[str, jax.Array]:
   (~ -log 48) so every branch of the clipped loss is taken: ratios in [0.8, 1.2], below and above it, and > 3."""
   batch = dict(_batch(7))
   rng = np.random.default_rng(17)
-  batch["old_log_probs"] = jnp.asarray(rng.normal(-np.log(48.0), 1.0, (B, R)), jnp.float32)
+  batch["old_logprobs"] = jnp.asarray(rng.normal(-np.log(48.0), 1.0, (B, R)), jnp.float32)
   for name in ("loss_mask", "advantage_mask", "advantages"):
     batch[name] = batch[name].at[jnp.asarray(EMPTY_ROWS)].set(0.0)
   return batch
@@ -59,13 +59,13 @@ def _actor_objective(params, graphdef, batch, mode):
   logits = model(batch["input_ids"], batch["attention_mask"]).astype(jnp.float32)
   z = logits[:, P - 1:P + R - 1] / TEMPERATURE  # position P + j - 1 predicts response token j
   log_softmax = jax.nn.log_softmax(z, axis=-1)
-  logp = jnp.take_along_axis(log_softmax, batch["responses"][..., None], axis=-1)[..., 0]
+  logp = jnp.take_along_axis(log_softmax, batch["response_ids"][..., None], axis=-1)[..., 0]
   entropy = -jnp.sum(jnp.exp(log_softmax) * log_softmax, axis=-1)
   adv, mask = batch["advantages"], batch["loss_mask"]
-  ratio = jnp.exp(logp - batch["old_log_probs"])
+  ratio = jnp.exp(logp - batch["old_logprobs"])
   pg = jnp.maximum(-adv * ratio, -adv * jnp.clip(ratio, 1.0 - CLIP_LOW, 1.0 + CLIP_HIGH))
   pg = jnp.where(adv < 0, jnp.minimum(pg, -adv * CLIP_C), pg)
-  d = batch["ref_log_probs"] - logp
+  d = batch["ref_logprobs"] - logp
   kl = jnp.exp(d) - d - 1.0
   parts = {"actor/pg_loss": _aggregate(pg, mask, mode), "actor/kl_loss": _aggregate(kl, mask, mode),
            "actor/entropy": _aggregate(entropy, mask, mode)}

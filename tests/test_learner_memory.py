@@ -24,11 +24,11 @@ def _batch(rng, b, p, r, vocab):
   mask = np.ones((b, p + r), np.int32)
   mask[0, :p - 2] = 0  # a left-padded prompt
   mask[1, p + r - 5:] = 0  # a short response
-  return {"input_ids": jnp.asarray(ids), "attention_mask": jnp.asarray(mask), "responses": jnp.asarray(ids[:, p:])}
+  return {"input_ids": jnp.asarray(ids), "attention_mask": jnp.asarray(mask), "response_ids": jnp.asarray(ids[:, p:])}
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 16])
-def test_chunked_log_probs_and_gradients_equal_the_unchunked_ones(chunk):
+def test_chunked_logprobs_and_gradients_equal_the_unchunked_ones(chunk):
   """A block boundary off by one, a padded tail read back, or logits saved instead of recomputed would change
   values or gradients; R = 21 is not a multiple of 7 or 16, so the padded last block is exercised."""
   config = Qwen2Config.tiny(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
@@ -38,7 +38,7 @@ def test_chunked_log_probs_and_gradients_equal_the_unchunked_ones(chunk):
   weights = jnp.asarray(np.random.default_rng(1).normal(size=(3, 21)), jnp.float32)
 
   def objective(p, chunk_size):
-    logp, entropy = lrn.response_log_probs(nnx.merge(graphdef, p), batch, temperature=0.7, with_entropy=True,
+    logp, entropy = lrn.response_logprobs(nnx.merge(graphdef, p), batch, temperature=0.7, with_entropy=True,
                                            chunk_size=chunk_size)
     return jnp.sum(weights * logp) + jnp.sum(weights * entropy), (logp, entropy)
 
@@ -72,10 +72,10 @@ def test_compiled_learner_memory_does_not_grow_with_the_batch():
     c = _half_b_config(prompts)
     mesh = build.build_mesh(c)
     assert mesh.devices.size == 8
-    programs, _ = dry_run.size_programs(c, arch, mesh, programs=("log_probs", "actor_update"))
+    programs, _ = dry_run.size_programs(c, arch, mesh, programs=("logprobs", "actor_update"))
     figures[prompts] = {p.name: p for p in programs}
-  for name in ("log_probs", "actor_update"):
+  for name in ("logprobs", "actor_update"):
     small, large = figures[32][name], figures[320][name]
     assert large.temporaries <= 1.1 * small.temporaries, (name, small.temporaries, large.temporaries)
     assert small.temporaries <= 1.1 * large.temporaries, (name, small.temporaries, large.temporaries)
-  assert figures[320]["log_probs"].outputs > 9 * figures[32]["log_probs"].outputs
+  assert figures[320]["logprobs"].outputs > 9 * figures[32]["logprobs"].outputs

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agent_r1_jax.rewards import (compute_score, exact_match, exact_match_any, f1, f1_any, get_scorer,
-                                  normalize_answer)
+                                  known_data_sources, normalize_answer, register_scorer)
+from agent_r1_jax.rewards import registry
 
 OBS = ("<|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1 (Title: \"Paris\") Paris is a city.\n"
        "</tool_response><|im_end|>\n<|im_start|>assistant\n")
@@ -17,7 +18,7 @@ def fin(answer: str, think: str = "I know it now.") -> str:
   return f"<think>{think}</think>\n<answer>{answer}</answer><|im_end|>"
 
 
-# (name, response, gold, paper (score, format, em), agent_r1_code (score, format)); hand-computed.
+# (name, response, gold, paper (score, format, em), partial_credit (score, format)); hand-computed.
 CASES = [
     ("well_formed_correct", TC + OBS + fin("Paris"), "Paris", (1.0, 1.0, 1.0), (1.0, 1.0)),
     ("well_formed_wrong", TC + OBS + fin("London"), "Paris", (0.0, 1.0, 0.0), (0.0, 1.0)),
@@ -72,7 +73,7 @@ def test_compute_score_table(name, response, gold, paper, code):
   assert (result["score"], result["format"], result["em"]) == pytest.approx(paper)
   assert set(result) == {"score", "em", "f1", "substring_acc", "format", "format_answer", "format_tool",
                          "answer"}
-  result = compute_score(response, gold, style="agent_r1_code")
+  result = compute_score(response, gold, style="partial_credit")
   assert (result["score"], result["format"]) == pytest.approx(code)
 
 
@@ -123,10 +124,11 @@ def test_exact_match_and_aliases():
   assert f1_any("New York", ["New York City", "NYC"]) == pytest.approx(0.8)  # P = 1, R = 2/3
 
 
-def test_registry_and_bad_input():
+def test_registry_and_bad_input(monkeypatch):
+  monkeypatch.setattr(registry, "_FACTORIES", dict(registry._FACTORIES))  # registrations stay in this test
   scorer = get_scorer("hotpotqa")
   assert scorer(TC + OBS + fin("Paris"), "Paris")["score"] == 1.0
-  code = get_scorer("musique", style="agent_r1_code")
+  code = get_scorer("musique", style="partial_credit")
   assert code(fin("Paris"), "Paris")["score"] == 0.5
   with pytest.raises(ValueError, match="no reward function registered"):
     get_scorer("squad")
@@ -136,6 +138,11 @@ def test_registry_and_bad_input():
     compute_score(fin("x"), [])
   with pytest.raises(ValueError, match="reward style"):
     compute_score(fin("x"), "x", style="nope")
+  with pytest.raises(ValueError, match="already registered for data_source 'hotpotqa'"):
+    register_scorer("hotpotqa", lambda **options: compute_score)
+  register_scorer("test_registry_source", len)
+  register_scorer("test_registry_source", len)  # the same factory again is a no-op
+  assert "test_registry_source" in known_data_sources()
 
 
 _PIECES = ["<think>", "</think>", "<answer>", "</answer>", "<tool_call>", "</tool_call>", "<|im_end|>",
@@ -151,7 +158,7 @@ def test_compute_score_never_raises_on_model_text():
   @hypothesis.given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=5), max_size=30))
   def check(pieces):
     text = "".join(pieces)
-    for style in ("paper", "agent_r1_code"):
+    for style in ("paper", "partial_credit"):
       result = compute_score(text, ["Paris"], style=style)
       assert -1.0 <= result["score"] <= 1.0
       assert 0.0 <= result["format"] <= 1.0

@@ -14,7 +14,7 @@ def _good():
   response = np.ones_like(mask)
   logp = np.where(mask > 0, -1.0, -np.inf).astype(np.float32)  # padding may hold -inf
   return dict(token_level_rewards=rewards, action_mask=mask, values=values, group_ids=gids,
-              response_mask=response, log_probs=logp, old_log_probs=logp, ref_log_probs=logp)
+              response_mask=response, logprobs=logp, old_logprobs=logp, ref_logprobs=logp)
 
 
 def test_good_batch_passes():
@@ -42,7 +42,7 @@ def _bad(**changes):
     (_bad(token_level_rewards=lambda r: np.where(np.arange(40) == 39, np.nan, r)),
      r"token_level_rewards is not finite \(nan\) at \(row, token\) \(0, 39\)"),
     (_bad(values=lambda v: np.full_like(v, np.inf)), r"values is not finite \(inf\) at masked \(row, token\) \(1, 7\)"),
-    (_bad(old_log_probs=lambda x: np.full_like(x, np.nan)), r"old_log_probs is not finite"),
+    (_bad(old_logprobs=lambda x: np.full_like(x, np.nan)), r"old_logprobs is not finite"),
     (_bad(group_ids=lambda g: np.where(np.arange(12) == 3, -1, g)),
      r"group_ids must lie in \[0, 2147483647\]; row 3 has -1"),
     (_bad(group_ids=lambda g: g.astype(np.int64) + 2**31), r"group_ids must lie in"),

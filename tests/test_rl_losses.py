@@ -116,7 +116,7 @@ def _np_log_softmax(z):
   return z - np.log(np.exp(z).sum(-1, keepdims=True))
 
 
-def test_entropy_and_token_log_probs_match_float64_reference():
+def test_entropy_and_token_logprobs_match_float64_reference():
   rng = np.random.default_rng(3)
   logits = rng.normal(0.0, 4.0, size=(3, 5, 11)).astype(np.float32)
   logits[0, 0] += 1e4  # large logits must not overflow
@@ -126,9 +126,9 @@ def test_entropy_and_token_log_probs_match_float64_reference():
   np.testing.assert_allclose(np.asarray(jax.jit(rl.entropy_from_logits)(logits)), ref_h, atol=TOL)
   ids = rng.integers(0, 11, size=(3, 5))
   ref_lp = np.take_along_axis(logp, ids[..., None], -1)[..., 0]
-  np.testing.assert_allclose(np.asarray(rl.token_log_probs(logits, ids)), ref_lp, atol=TOL)
+  np.testing.assert_allclose(np.asarray(rl.token_logprobs(logits, ids)), ref_lp, atol=TOL)
   ref_lp_t = np.take_along_axis(_np_log_softmax(logits / 0.7), ids[..., None], -1)[..., 0]
-  np.testing.assert_allclose(np.asarray(rl.token_log_probs(logits, ids, temperature=0.7)), ref_lp_t, atol=TOL)
+  np.testing.assert_allclose(np.asarray(rl.token_logprobs(logits, ids, temperature=0.7)), ref_lp_t, atol=TOL)
   mask = np.array([[1, 1, 0, 0, 0], [0, 0, 1, 0, 1], [0, 0, 0, 0, 0]])
   entropy_loss = jax.jit(rl.compute_entropy_loss, static_argnames=("loss_agg_mode", "horizon"))
   for mode in rl.LOSS_AGG_MODES:

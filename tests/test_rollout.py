@@ -295,9 +295,6 @@ def test_two_turn_layout_hand_computed():
     n_prompt = len(enc(prompt_text(b // 2)))
     mask = [0] * (64 - n_prompt) + [1] * (n_prompt + len(expected)) + [0] * (200 - len(expected))
     assert batch.attention_mask[b].tolist() == mask
-    positions = [0] * (64 - n_prompt) + list(range(n_prompt + len(expected))) + (
-        [n_prompt + len(expected) - 1] * (200 - len(expected)))
-    assert batch.position_ids[b].tolist() == positions
     assert batch.input_ids[b, 64 - n_prompt:64].tolist() == enc(prompt_text(b // 2))
   # The driver's sampler calls: prefill, one decode, then continue_ with only the still-active rows.
   assert [kind for kind, _ in sampler.calls] == ["prefill", "decode", "continue"]
@@ -520,8 +517,6 @@ def test_trimmed_drops_only_padding_and_keeps_the_reward_slots():
     assert row_response(small, b) == row_response(batch, b)
     np.testing.assert_array_equal(small.input_ids[b][small.attention_mask[b] == 1],
                                   batch.input_ids[b][batch.attention_mask[b] == 1])
-    np.testing.assert_array_equal(small.position_ids[b][small.attention_mask[b] == 1],
-                                  batch.position_ids[b][batch.attention_mask[b] == 1])
   np.testing.assert_array_equal(small.token_level_rewards([1.0, -1.0]),
                                 batch.token_level_rewards([1.0, -1.0])[:, :longest_response])
   with pytest.raises(ValueError, match="cannot trim"):

@@ -52,7 +52,7 @@ def test_control_tokens_are_single_ids(tokenizer):
 
 def test_round_trips_corpus_and_trajectories(world_files, tokenizer):
   texts = [p.contents for p in load_corpus(str(world_files.corpus_path))]
-  trajectories = expert_trajectories(world_files, "test", env=make_search_env(world_files), error_rate=0.3)
+  trajectories = expert_trajectories(world_files, "test", env=make_search_env(world_files), guess_rate=0.3)
   texts += [t.response_text for t in trajectories]
   texts += ["Unseen: Zürich — 東京 🚀 \t tabs\n\nand  double  spaces"]  # byte-level: nothing is unknown
   encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]

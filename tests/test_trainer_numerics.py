@@ -115,7 +115,7 @@ _REGISTRY_FIELDS = [
     ("algorithm.adv_estimator", "ppo", ("gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo")),
     ("algorithm.kl_penalty", "k1", ("kl", "abs", "mse", "low_var_kl")),
     ("algorithm.kl_ctrl", "constant", ("fixed", "adaptive")),
-    ("algorithm.reward_style", "em", ("paper", "agent_r1_code")),
+    ("algorithm.reward_style", "em", ("paper", "partial_credit")),
     ("actor.kl_loss_type", "k3", ("kl", "abs", "mse", "low_var_kl")),
     ("actor.loss_agg_mode", "mean", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                                      "seq-mean-token-sum-norm")),
@@ -363,12 +363,12 @@ def test_update_matches_a_hand_written_epoch_and_mini_batch_loop(tmp_path):
 # 6. prepare_batch after one update, against direct forwards and the plain-Python references.
 
 
-def _direct_log_probs(graphdef, params, batch, temperature: float) -> np.ndarray:
+def _direct_logprobs(graphdef, params, batch, temperature: float) -> np.ndarray:
   """log softmax(logits / temperature)[token] of every response token from one full forward, float64."""
   model = nnx.merge(graphdef, params)
   ids, mask = np.asarray(batch["input_ids"]), np.asarray(batch["attention_mask"])
   logits = np.asarray(model(jnp.asarray(ids), jnp.asarray(mask)), np.float64) / temperature
-  b, r = np.asarray(batch["responses"]).shape
+  b, r = np.asarray(batch["response_ids"]).shape
   p = ids.shape[1] - r
   out = np.zeros((b, r))
   for i in range(b):
@@ -384,7 +384,7 @@ def _direct_values(graphdef, params, batch) -> np.ndarray:
   critic = nnx.merge(graphdef, params)
   ids, mask = batch["input_ids"], batch["attention_mask"]
   values = np.asarray(critic(ids, mask), np.float64)
-  r = batch["responses"].shape[1]
+  r = batch["response_ids"].shape[1]
   p = ids.shape[1] - r
   return values[:, p - 1:p + r - 1]
 
@@ -416,10 +416,10 @@ def test_prepare_batch_after_an_update_matches_direct_forwards_and_references(al
   real = traj.response_mask.astype(bool)  # response positions whose token the forward attends to
   action = traj.action_mask.astype(np.float64)
   temperature = c.rollout.temperature
-  logp = _direct_log_probs(trainer.actor_graphdef, trainer.state["actor"], batch, temperature)
-  ref_logp = _direct_log_probs(trainer.actor_graphdef, trainer.state["ref"], batch, temperature)
-  np.testing.assert_allclose(np.asarray(batch["old_log_probs"])[real], logp[real], atol=2e-5)
-  np.testing.assert_allclose(np.asarray(batch["ref_log_probs"])[real], ref_logp[real], atol=2e-5)
+  logp = _direct_logprobs(trainer.actor_graphdef, trainer.state["actor"], batch, temperature)
+  ref_logp = _direct_logprobs(trainer.actor_graphdef, trainer.state["ref"], batch, temperature)
+  np.testing.assert_allclose(np.asarray(batch["old_logprobs"])[real], logp[real], atol=2e-5)
+  np.testing.assert_allclose(np.asarray(batch["ref_logprobs"])[real], ref_logp[real], atol=2e-5)
   assert np.max(np.abs(logp - ref_logp)[action > 0]) > 1e-3  # the update really separated actor and reference
 
   # Token rewards: the score on each row's last action token, minus beta * (logp - ref_logp) on action tokens.

@@ -12,7 +12,8 @@ Two styles, chosen by `style` (config `algorithm.reward_style`):
   score    = EM(A, gold)       if r_format == 1
            = r_format - 1      otherwise              (so score is in {-1, -0.5, 0, 1})
 
-`agent_r1_code` (the scoring of the paper's released code):
+`partial_credit` (the scoring of the paper's released code: partial credit for each well-formed tool turn and
+for an answer found in the final turn):
   blocks   = assistant turns that reached `<|im_end|>`
   format   = min(1, 0.5 * #{non-final blocks == `<think>..</think>\\n<tool_call>..</tool_call>`}
                     + 0.5 * [last block == `<think>..</think>\\n<answer>..</answer>`])
@@ -35,7 +36,7 @@ from agent_r1_jax.rewards.answer_metrics import (as_aliases, exact_match, exact_
 
 __all__ = ["STYLES", "compute_score", "exact_match", "f1", "normalize_answer"]
 
-STYLES = ("paper", "agent_r1_code")
+STYLES = ("paper", "partial_credit")
 
 
 def _answer_metrics(answer: str | None, aliases: list[str]) -> dict[str, float]:
@@ -58,7 +59,7 @@ def _score_paper(solution_str: str, aliases: list[str]) -> dict:
           "format_tool": format_tool, "answer": answer}
 
 
-def _score_agent_r1_code(solution_str: str, aliases: list[str]) -> dict:
+def _score_partial_credit(solution_str: str, aliases: list[str]) -> dict:
   blocks = [t for t in tf.assistant_turns(solution_str) if t.closed]
   if not blocks:
     return {"score": -1.0, **_answer_metrics(None, aliases), "format": 0.0, "format_answer": 0.0,
@@ -88,7 +89,7 @@ def compute_score(solution_str: str, ground_truth: str | Sequence[str], style: s
     solution_str: the decoded response (assistant turns and tool observations after the prompt, special
       tokens kept), as the rollout produced it.
     ground_truth: the gold answer or a list of acceptable aliases.
-    style: `paper` or `agent_r1_code` (see the module docstring).
+    style: `paper` or `partial_credit` (see the module docstring).
 
   Returns:
     dict with `score` (the scalar reward), `em`, `f1`, `substring_acc`, `format`, `format_answer`,
@@ -101,6 +102,6 @@ def compute_score(solution_str: str, ground_truth: str | Sequence[str], style: s
   aliases = as_aliases(ground_truth)
   if style == "paper":
     return _score_paper(solution_str, aliases)
-  if style == "agent_r1_code":
-    return _score_agent_r1_code(solution_str, aliases)
+  if style == "partial_credit":
+    return _score_partial_credit(solution_str, aliases)
   raise ValueError(f"unknown reward style {style!r}; set algorithm.reward_style to one of {STYLES}")

@@ -16,7 +16,14 @@ _FACTORIES: dict[str, Callable[..., Scorer]] = {}
 
 
 def register_scorer(data_source: str, factory: Callable[..., Scorer]) -> None:
-  """Registers `factory(**options) -> scorer` for a data source (later registrations replace earlier)."""
+  """Registers `factory(**options) -> scorer` for a data source.
+
+  Raises:
+    ValueError: when another factory is already registered for `data_source` (as for tools and advantage
+      estimators: a silent replacement would change the reward of every run that imports both).
+  """
+  if data_source in _FACTORIES and _FACTORIES[data_source] is not factory:
+    raise ValueError(f"a reward function is already registered for data_source {data_source!r}")
   _FACTORIES[data_source] = factory
 
 
@@ -35,7 +42,7 @@ def known_data_sources() -> list[str]:
 
 
 def get_scorer(data_source: str, **options) -> Scorer:
-  """The scorer for `data_source`, built with `options` (e.g. `style="agent_r1_code"`).
+  """The scorer for `data_source`, built with `options` (e.g. `style="partial_credit"`).
 
   Raises:
     ValueError: for a data source with no registered scorer.

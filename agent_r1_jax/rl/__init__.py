@@ -37,10 +37,10 @@ from agent_r1_jax.rl.kl import apply_kl_penalty
 from agent_r1_jax.rl.kl import compute_kl_loss
 from agent_r1_jax.rl.kl import kl_penalty
 from agent_r1_jax.rl.kl import make_kl_controller
-from agent_r1_jax.rl.logits import chunked_log_probs
+from agent_r1_jax.rl.logits import chunked_logprobs
 from agent_r1_jax.rl.logits import compute_entropy_loss
 from agent_r1_jax.rl.logits import entropy_from_logits
-from agent_r1_jax.rl.logits import token_log_probs
+from agent_r1_jax.rl.logits import token_logprobs
 from agent_r1_jax.rl.losses import PolicyLossOutput
 from agent_r1_jax.rl.losses import ValueLossOutput
 from agent_r1_jax.rl.losses import compute_policy_loss
@@ -48,3 +48,42 @@ from agent_r1_jax.rl.losses import compute_value_loss
 from agent_r1_jax.rl.masked import masked_mean
 from agent_r1_jax.rl.masked import masked_var
 from agent_r1_jax.rl.masked import masked_whiten
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AdvantageEstimator",
+    "AdvantageParams",
+    "compute_advantages",
+    "compute_gae",
+    "compute_grpo",
+    "compute_reinforce_pp",
+    "compute_reinforce_pp_baseline",
+    "compute_rloo",
+    "get_estimator",
+    "LOSS_AGG_MODES",
+    "Aggregate",
+    "accumulate",
+    "aggregate",
+    "finalize",
+    "loss_denominator",
+    "check_inputs",
+    "KL_CONTROLLERS",
+    "KL_PENALTIES",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "apply_kl_penalty",
+    "compute_kl_loss",
+    "kl_penalty",
+    "make_kl_controller",
+    "chunked_logprobs",
+    "compute_entropy_loss",
+    "entropy_from_logits",
+    "token_logprobs",
+    "PolicyLossOutput",
+    "ValueLossOutput",
+    "compute_policy_loss",
+    "compute_value_loss",
+    "masked_mean",
+    "masked_var",
+    "masked_whiten",
+]

@@ -51,8 +51,8 @@ def _check_finite(name: str, x: np.ndarray, shape: tuple[int, ...], mask: np.nda
 
 
 def check_inputs(token_level_rewards: Any, action_mask: Any, *, values: Any = None, group_ids: Any = None,
-                 response_mask: Any = None, log_probs: Any = None, old_log_probs: Any = None,
-                 ref_log_probs: Any = None) -> None:
+                 response_mask: Any = None, logprobs: Any = None, old_logprobs: Any = None,
+                 ref_logprobs: Any = None) -> None:
   """Validates one batch of RL inputs on the host; raises `ValueError` naming what to fix.
 
   Checks:
@@ -67,7 +67,7 @@ def check_inputs(token_level_rewards: Any, action_mask: Any, *, values: Any = No
   Args:
     token_level_rewards: `[B, T]`.
     action_mask: `[B, T]`.
-    values, log_probs, old_log_probs, ref_log_probs: optional `[B, T]`.
+    values, logprobs, old_logprobs, ref_logprobs: optional `[B, T]`.
     group_ids: optional int `[B]`.
     response_mask: optional `[B, T]`.
 
@@ -88,8 +88,8 @@ def check_inputs(token_level_rewards: Any, action_mask: Any, *, values: Any = No
     if outside.any():
       raise ValueError(f"action_mask is 1 outside the response (response_mask 0) at (row, token) "
                        f"{_first_index(outside)}; action tokens must be response tokens")
-  for name, arr in (("values", values), ("log_probs", log_probs), ("old_log_probs", old_log_probs),
-                    ("ref_log_probs", ref_log_probs)):
+  for name, arr in (("values", values), ("logprobs", logprobs), ("old_logprobs", old_logprobs),
+                    ("ref_logprobs", ref_logprobs)):
     if arr is not None:
       _check_finite(name, _host(arr), shape, mask)
   if group_ids is not None:

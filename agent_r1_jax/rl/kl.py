@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from agent_r1_jax.rl import aggregation
 from agent_r1_jax.rl.aggregation import Aggregate
+from agent_r1_jax.rl.masked import zero_off_mask
 
 KL_PENALTIES: tuple[str, ...] = ("kl", "abs", "mse", "low_var_kl")
 KL_CONTROLLERS: tuple[str, ...] = ("fixed", "adaptive")
@@ -33,10 +34,10 @@ def check_kind(kind: str) -> None:
     raise ValueError(f"unknown kl penalty {kind!r}; use one of {KL_PENALTIES}")
 
 
-def kl_penalty(log_probs: jax.Array, ref_log_probs: jax.Array, kind: str = "low_var_kl") -> jax.Array:
+def kl_penalty(logprobs: jax.Array, ref_logprobs: jax.Array, kind: str = "low_var_kl") -> jax.Array:
   """Per-token KL estimate (table in the module docstring): float32 `[B, T]`."""
   check_kind(kind)
-  d = jnp.asarray(log_probs, jnp.float32) - jnp.asarray(ref_log_probs, jnp.float32)
+  d = jnp.asarray(logprobs, jnp.float32) - jnp.asarray(ref_logprobs, jnp.float32)
   if kind == "kl":
     return d
   if kind == "abs":
@@ -47,7 +48,7 @@ def kl_penalty(log_probs: jax.Array, ref_log_probs: jax.Array, kind: str = "low_
   return jnp.clip(jnp.exp(neg) - neg - 1.0, -_K3_CLAMP, _K3_CLAMP)
 
 
-def compute_kl_loss(log_probs: jax.Array, ref_log_probs: jax.Array, action_mask: jax.Array, *,
+def compute_kl_loss(logprobs: jax.Array, ref_logprobs: jax.Array, action_mask: jax.Array, *,
                     kind: str = "low_var_kl", loss_agg_mode: str = "token-mean",
                     horizon: int | None = None) -> Aggregate:
   """KL to the reference policy as a loss term (`Aggregate` over the mask; trainer scales by its coef).
@@ -55,29 +56,27 @@ def compute_kl_loss(log_probs: jax.Array, ref_log_probs: jax.Array, action_mask:
   Inputs off the mask are replaced by zeros first, so they get exactly zero gradient.
 
   Args:
-    log_probs: float `[B, T]` current policy (differentiated).
-    ref_log_probs: float `[B, T]` reference policy.
+    logprobs: float `[B, T]` current policy (differentiated).
+    ref_logprobs: float `[B, T]` reference policy.
     action_mask: 0/1 `[B, T]`.
     kind: one of `KL_PENALTIES`.
     loss_agg_mode: one of `rl.aggregation.LOSS_AGG_MODES`.
     horizon: H of `seq-mean-token-sum-norm` (default T).
   """
   aggregation.check_mode(loss_agg_mode)
-  on = jnp.asarray(action_mask).astype(jnp.float32) > 0
-  logp = jnp.where(on, jnp.asarray(log_probs, jnp.float32), 0.0)
-  ref = jnp.where(on, jnp.asarray(ref_log_probs, jnp.float32), 0.0)
+  on, logp, ref = zero_off_mask(action_mask, logprobs, ref_logprobs)
   return aggregation.aggregate(kl_penalty(logp, ref, kind), on, loss_agg_mode, horizon)
 
 
-def apply_kl_penalty(token_level_rewards: jax.Array, log_probs: jax.Array, ref_log_probs: jax.Array,
+def apply_kl_penalty(token_level_rewards: jax.Array, logprobs: jax.Array, ref_logprobs: jax.Array,
                      action_mask: jax.Array, beta: float | jax.Array, *,
                      kind: str = "kl") -> tuple[jax.Array, Aggregate]:
   """KL in the reward: `r'_t = r_t - beta * kl_t * m_t`.
 
   Args:
     token_level_rewards: float `[B, T]`.
-    log_probs: float `[B, T]` log-probs of the sampling policy.
-    ref_log_probs: float `[B, T]`.
+    logprobs: float `[B, T]` log-probs of the sampling policy.
+    ref_logprobs: float `[B, T]`.
     action_mask: 0/1 `[B, T]`.
     beta: KL coefficient (from a controller's `.value`).
     kind: one of `KL_PENALTIES`.
@@ -86,9 +85,7 @@ def apply_kl_penalty(token_level_rewards: jax.Array, log_probs: jax.Array, ref_l
     `(rewards [B, T] float32, kl)`, where `kl` is an `Aggregate` whose value is the batch mean over rows
     of each row's token-mean KL: feed `kl.value()` to the controller's `update` with `n_steps=B`.
   """
-  on = jnp.asarray(action_mask).astype(jnp.float32) > 0
-  logp = jnp.where(on, jnp.asarray(log_probs, jnp.float32), 0.0)
-  ref = jnp.where(on, jnp.asarray(ref_log_probs, jnp.float32), 0.0)
+  on, logp, ref = zero_off_mask(action_mask, logprobs, ref_logprobs)
   kl = jnp.where(on, kl_penalty(logp, ref, kind), 0.0)
   rewards = jnp.asarray(token_level_rewards, jnp.float32) - beta * kl
   return rewards, aggregation.aggregate(kl, on, "seq-mean-token-mean")

@@ -3,7 +3,7 @@
 Logits are `[B, T, V]` (any float dtype; upcast to float32 first). Both functions use the max-shifted
 log-softmax, so large logits do not overflow.
 
-`chunked_log_probs` computes the same two quantities from hidden states `[B, T, D]` and the LM head
+`chunked_logprobs` computes the same two quantities from hidden states `[B, T, D]` and the LM head
 without ever holding the `[B, T, V]` logits: at a real vocabulary (V = 151,936) and response length
 (T = 7,168) one row's float32 logits are 4.4 GB, more than the rest of a learner step.
 """
@@ -17,9 +17,10 @@ import jax.numpy as jnp
 
 from agent_r1_jax.rl import aggregation
 from agent_r1_jax.rl.aggregation import Aggregate
+from agent_r1_jax.rl.masked import zero_off_mask
 
 
-def token_log_probs(logits: jax.Array, token_ids: jax.Array, temperature: float = 1.0) -> jax.Array:
+def token_logprobs(logits: jax.Array, token_ids: jax.Array, temperature: float = 1.0) -> jax.Array:
   """`log softmax(logits / temperature)[token]`: float32 `[B, T]` from logits `[B, T, V]`, ids `[B, T]`."""
   logp = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32) / temperature, axis=-1)
   return jnp.take_along_axis(logp, jnp.asarray(token_ids)[..., None].astype(jnp.int32), axis=-1)[..., 0]
@@ -51,15 +52,14 @@ def compute_entropy_loss(logits: jax.Array, action_mask: jax.Array, *, loss_agg_
     horizon: H of `seq-mean-token-sum-norm` (default T).
   """
   aggregation.check_mode(loss_agg_mode)
-  on = jnp.asarray(action_mask).astype(jnp.float32) > 0
-  z = jnp.where(on[..., None], jnp.asarray(logits, jnp.float32), 0.0)
+  on, z = zero_off_mask(action_mask, logits)
   return aggregation.aggregate(entropy_from_logits(z), on, loss_agg_mode, horizon)
 
 
-def chunked_log_probs(hidden: jax.Array, token_ids: jax.Array, logits_fn: Callable[[jax.Array], jax.Array], *,
+def chunked_logprobs(hidden: jax.Array, token_ids: jax.Array, logits_fn: Callable[[jax.Array], jax.Array], *,
                       chunk_size: int, temperature: float = 1.0,
                       with_entropy: bool = False) -> tuple[jax.Array, jax.Array | None]:
-  """`token_log_probs` and `entropy_from_logits` of `logits_fn(hidden) / temperature`, block by block.
+  """`token_logprobs` and `entropy_from_logits` of `logits_fn(hidden) / temperature`, block by block.
 
   The T positions are cut into `n = ceil(T / C)` blocks of C = `chunk_size` (T is padded up to n * C; the
   padding is dropped from the result). A `lax.map` over the blocks computes, for block c,
@@ -82,11 +82,11 @@ def chunked_log_probs(hidden: jax.Array, token_ids: jax.Array, logits_fn: Callab
     with_entropy: also return the per-token entropy (else None).
 
   Returns:
-    `(log_probs [B, T], entropy [B, T] or None)`, float32.
+    `(logprobs [B, T], entropy [B, T] or None)`, float32.
   """
   def block(h, ids):
     z = logits_fn(h).astype(jnp.float32) / temperature
-    logp = token_log_probs(z, ids)
+    logp = token_logprobs(z, ids)
     return logp, (entropy_from_logits(z) if with_entropy else jnp.zeros_like(logp))
 
   b, t = token_ids.shape

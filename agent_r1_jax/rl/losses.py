@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from agent_r1_jax.rl import aggregation
 from agent_r1_jax.rl.aggregation import Aggregate
+from agent_r1_jax.rl.masked import zero_off_mask
 
 # exp(20) ~ 4.9e8: a ratio that large already means the sample is useless; clamping the log-ratio
 # keeps exp finite (and its gradient finite) when log-probs drift apart, e.g. after a bad update.
@@ -38,7 +39,7 @@ class ValueLossOutput(NamedTuple):
   clip_fraction: Aggregate
 
 
-def compute_policy_loss(old_log_probs: jax.Array, log_probs: jax.Array, advantages: jax.Array,
+def compute_policy_loss(old_logprobs: jax.Array, logprobs: jax.Array, advantages: jax.Array,
                         action_mask: jax.Array, *, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
                         clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean",
                         horizon: int | None = None, log_ratio_clamp: float = LOG_RATIO_CLAMP) -> PolicyLossOutput:
@@ -52,8 +53,8 @@ def compute_policy_loss(old_log_probs: jax.Array, log_probs: jax.Array, advantag
   advantage token whose ratio exploded; `clip_ratio_c` must exceed 1.
 
   Args:
-    old_log_probs: float `[B, T]`, log-probs of the sampling (behaviour) policy.
-    log_probs: float `[B, T]`, log-probs of the current policy (differentiated).
+    old_logprobs: float `[B, T]`, log-probs of the sampling (behaviour) policy.
+    logprobs: float `[B, T]`, log-probs of the current policy (differentiated).
     advantages: float `[B, T]`.
     action_mask: 0/1 `[B, T]`.
     clip_ratio_low, clip_ratio_high: eps_low and eps_high.
@@ -73,10 +74,7 @@ def compute_policy_loss(old_log_probs: jax.Array, log_probs: jax.Array, advantag
     raise ValueError(f"clip ratios must be >= 0, got low={clip_ratio_low}, high={clip_ratio_high}")
   if clip_ratio_c <= 1.0:
     raise ValueError(f"clip_ratio_c (dual clip) must be > 1, got {clip_ratio_c}")
-  on = jnp.asarray(action_mask).astype(jnp.float32) > 0
-  logp = jnp.where(on, jnp.asarray(log_probs, jnp.float32), 0.0)
-  old_logp = jnp.where(on, jnp.asarray(old_log_probs, jnp.float32), 0.0)
-  adv = jnp.where(on, jnp.asarray(advantages, jnp.float32), 0.0)
+  on, logp, old_logp, adv = zero_off_mask(action_mask, logprobs, old_logprobs, advantages)
 
   log_ratio = jnp.clip(logp - old_logp, -log_ratio_clamp, log_ratio_clamp)
   ratio = jnp.exp(log_ratio)
@@ -123,10 +121,7 @@ def compute_value_loss(values: jax.Array, old_values: jax.Array, returns: jax.Ar
   aggregation.check_mode(loss_agg_mode)
   if clip_range_value < 0:
     raise ValueError(f"clip_range_value must be >= 0, got {clip_range_value}")
-  on = jnp.asarray(action_mask).astype(jnp.float32) > 0
-  v = jnp.where(on, jnp.asarray(values, jnp.float32), 0.0)
-  old_v = jnp.where(on, jnp.asarray(old_values, jnp.float32), 0.0)
-  ret = jnp.where(on, jnp.asarray(returns, jnp.float32), 0.0)
+  on, v, old_v, ret = zero_off_mask(action_mask, values, old_values, returns)
   # clip(v, old - c, old + c) rather than old + clip(v - old, -c, c): equal in exact arithmetic, but
   # only this form returns v bit-for-bit inside the range, so clip_fraction counts no rounding ties.
   v_clipped = jnp.clip(v, old_v - clip_range_value, old_v + clip_range_value)

@@ -64,3 +64,18 @@ def masked_whiten(x: jax.Array, mask: jax.Array, shift_mean: bool = True) -> jax
   var = masked_var(x, m, unbiased=True)
   centred = x - mean if shift_mean else x
   return jnp.where(m > 0, centred * jax.lax.rsqrt(var + WHITEN_EPS), 0.0)
+
+
+def zero_off_mask(mask: jax.Array, *arrays: jax.Array) -> tuple[jax.Array, ...]:
+  """`(on, x_1, ..., x_n)`: `on = mask > 0` (bool `[B, T]`) and every `x_i` as float32 with exactly 0 off the mask.
+
+  The prologue of every masked loss: `jnp.where`, not a product, so NaN/inf off the mask cannot leak in and
+  the entries off the mask get exactly zero gradient. An `x_i` with a trailing axis more than the mask (logits
+  `[B, T, V]`) is zeroed along it too.
+  """
+  on = as_float_mask(mask) > 0
+  zeroed = []
+  for x in arrays:
+    x = jnp.asarray(x, jnp.float32)
+    zeroed.append(jnp.where(on if x.ndim == on.ndim else on[..., None], x, 0.0))
+  return (on, *zeroed)

@@ -22,6 +22,8 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
+from agent_r1_jax.rl.masked import as_float_mask, zero_off_mask
+
 ScanMethod = Literal["scan", "associative"]
 SCAN_METHODS: tuple[str, ...] = ("scan", "associative")
 
@@ -109,10 +111,8 @@ def masked_gae(rewards: jax.Array, values: jax.Array, mask: jax.Array, gamma: fl
   Returns:
     float32 `[B, T]` advantages.
   """
-  m = jnp.asarray(mask).astype(jnp.float32)
-  on = m > 0
-  r = jnp.where(on, jnp.asarray(rewards, jnp.float32), 0.0)
-  v = jnp.where(on, jnp.asarray(values, jnp.float32), 0.0)
+  m = as_float_mask(mask)
+  on, r, v = zero_off_mask(m, rewards, values)
   gl_decay = 1.0 - m + m * (gamma * lam)
   if method == "associative":
     u = reverse_linear_recurrence(1.0 - m, v, method)

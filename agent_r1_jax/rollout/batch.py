@@ -8,9 +8,8 @@ Layout (B rows, P prompt slots, R response slots, T = `max_turns`):
                                 tokenized tool observations, in the order they entered the context.
   response_mask   int32 [B, R]  1 on every real post-prompt token (sampled or observation), 0 on padding.
   action_mask     int32 [B, R]  1 exactly on the tokens the policy sampled (stop tokens included), else 0.
-  attention_mask  int32 [B, P+R] = concat(prompt_mask, response_mask).
-  position_ids    int32 [B, P+R] = max(cumsum(attention_mask) - 1, 0): the RoPE index of a real token is the
-                                number of real tokens before it in its row, as in the sampler.
+  attention_mask  int32 [B, P+R] = concat(prompt_mask, response_mask) (the model derives RoPE positions from it,
+                                as the sampler does).
   sampler_logprobs float32 [B, R] log pi_old(token) as returned by the sampler on action tokens, 0 elsewhere.
   last_action_index int32 [B]   index j of the row's last sampled token (the outcome-reward slot).
   turn_last_action_index int32 [B, T] last sampled token of each turn, -1 for turns the row did not take
@@ -111,11 +110,6 @@ class TrajectoryBatch:
     """int32 [B, P+R]: 1 on real tokens (left-padded prompt, right-padded response)."""
     return np.concatenate([self.prompt_mask, self.response_mask], axis=1).astype(np.int32)
 
-  @property
-  def position_ids(self) -> np.ndarray:
-    """int32 [B, P+R]: max(cumsum(attention_mask) - 1, 0), the sampler's RoPE positions on real tokens."""
-    return np.maximum(np.cumsum(self.attention_mask, axis=1) - 1, 0).astype(np.int32)
-
   def trimmed(self, prompt_length: int, response_length: int) -> TrajectoryBatch:
     """The same batch with P and R shrunk: prompt columns cut on the left, response columns on the right.
 
@@ -172,17 +166,14 @@ class TrajectoryBatch:
   # ---- device transfer -----------------------------------------------------------------------------------
 
   def as_learner_inputs(self) -> dict[str, np.ndarray]:
-    """The numeric arrays the learner consumes, as a flat dict of numpy arrays (`[B, ...]`)."""
+    """The arrays the learner's batch is prepared from (`RLTrainer.prepare_batch`), as numpy `[B, ...]`."""
     return {
         "input_ids": self.input_ids.astype(np.int32),
         "attention_mask": self.attention_mask,
-        "position_ids": self.position_ids,
-        "prompt_ids": self.prompt_ids.astype(np.int32),
         "response_ids": self.response_ids.astype(np.int32),
         "response_mask": self.response_mask.astype(np.int32),
         "action_mask": self.action_mask.astype(np.int32),
         "sampler_logprobs": self.sampler_logprobs.astype(np.float32),
-        "last_action_index": self.last_action_index.astype(np.int32),
         "group_ids": self.group_ids.astype(np.int32),
     }
 

@@ -119,7 +119,7 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.data.prepare = config_dict.ConfigDict(dict(name="multihopqa_local", hotpotqa_train=config_dict.placeholder(str),
                                                hotpotqa_dev=config_dict.placeholder(str)))
   c.data.synthetic = config_dict.ConfigDict(dict(
-      seed=0, fact_seed=config_dict.placeholder(int), num_train=1200, num_validation=200, num_test=200))
+      seed=0, num_train=1200, num_validation=200, num_test=200))
 
   # ---- tools / env -------------------------------------------------------------------------------------
   c.tool = config_dict.ConfigDict()
@@ -169,7 +169,7 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.algorithm.kl_horizon = 10000.0
   c.algorithm.loss_mask = "action"              # "action" | "response" (paper Table 4 ablation)
   c.algorithm.advantage_mask = "action"         # "action" | "response"
-  c.algorithm.reward_style = "paper"            # "paper" | "agent_r1_code"
+  c.algorithm.reward_style = "paper"            # "paper" | "partial_credit"
   # H of the seq-mean-token-sum-norm aggregation (actor and critic); None: rollout.max_response_length, so a
   # row's loss does not depend on how wide the batch it was trimmed with is.
   c.algorithm.loss_agg_horizon = config_dict.placeholder(int)
@@ -223,24 +223,16 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.sft = config_dict.ConfigDict()
   c.sft.enabled = False
   # Stages "turns:steps:batch_size,...": trajectories cut after their first `turns` assistant turns (`all`:
-  # whole), shortest first; `copy` stages (first) train on the copy drill. See trainer/sft.py.
+  # whole), shortest first; `copy` stages train on the copy drill. See trainer/sft.py.
   c.sft.stages = "all:200:32"
-  # The copy phase ends early once the loss on held-out drills is <= this (nats/token; 0: run all its steps),
-  # checked every `copy_check_every` steps.
-  c.sft.copy_target_loss = 0.0
-  c.sft.copy_check_every = 25
   c.sft.lr = 1e-3
   c.sft.warmup_steps = 20
   c.sft.weight_decay = 0.0
   c.sft.adam_b2 = 0.999                         # AdamW's second-moment decay
   # Response positions per LM-head block of the warm-up loss (0: all at once; the tiny recipe is tuned at 0).
   c.sft.logits_chunk_size = 0
-  c.sft.expert_error_rate = 0.0                 # the expert guesses instead of searching with this probability
+  c.sft.expert_guess_rate = 0.0                 # the expert guesses instead of searching with this probability
   c.sft.expert_guess_at = "each_hop"            # ... at every hop, or only at the "start" (see synthetic/expert.py)
-  c.sft.expert_verbose_rate = 0.0               # its final answer is a full sentence with this probability
-  # Warm-up also plays the expert in this many sibling worlds (the same names with other facts, see
-  # data.synthetic.sibling_worlds), so imitating it takes reading observations, not memorising one world.
-  c.sft.sibling_worlds = 0
   # ... and answers one-hop questions in this many fresh worlds (other names and facts, see
   # data.synthetic.reading), `sft.reading_questions` per world: reading practice with nothing to memorise.
   c.sft.reading_worlds = 0
@@ -341,21 +333,13 @@ def validate(c: config_dict.ConfigDict) -> None:
   if c.sft.enabled:
     from agent_r1_jax.trainer.sft import parse_stages  # pylint: disable=import-outside-toplevel
     parse_stages(c.sft.stages)
-    if not isinstance(c.sft.sibling_worlds, int) or c.sft.sibling_worlds < 0:
-      raise ValueError(f"sft.sibling_worlds must be an integer >= 0 (extra worlds the warm-up expert plays in), "
-                       f"got {c.sft.sibling_worlds!r}")
     if c.sft.reading_relations not in READING_RELATIONS:
       raise ValueError(f"sft.reading_relations must be one of {READING_RELATIONS}, got {c.sft.reading_relations!r}")
     for name in ("reading_worlds", "reading_questions", "rag_questions", "multi_hop_worlds", "multi_hop_questions"):
       if not isinstance(c.sft[name], int) or c.sft[name] < 0:
         raise ValueError(f"sft.{name} must be an integer >= 0, got {c.sft[name]!r}")
-    if not isinstance(c.sft.copy_target_loss, (int, float)) or c.sft.copy_target_loss < 0:
-      raise ValueError(f"sft.copy_target_loss must be a number >= 0 (0: no early stop), got "
-                       f"{c.sft.copy_target_loss!r}")
     if not isinstance(c.sft.adam_b2, (int, float)) or not 0 < c.sft.adam_b2 < 1:
       raise ValueError(f"sft.adam_b2 must be a number in (0, 1) (AdamW's second-moment decay), got {c.sft.adam_b2!r}")
-    if not isinstance(c.sft.copy_check_every, int) or c.sft.copy_check_every < 1:
-      raise ValueError(f"sft.copy_check_every must be an integer >= 1, got {c.sft.copy_check_every!r}")
   if c.rollout.max_context_length < c.rollout.max_prompt_length + 1:
     raise ValueError("rollout.max_context_length must exceed rollout.max_prompt_length")
 

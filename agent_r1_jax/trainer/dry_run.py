@@ -221,10 +221,10 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
       ("prefill", lambda: sampler_program("prefill"), ("actor", "batch")),
       ("extend", lambda: sampler_program("extend"), ("actor", "batch")),
       ("decode", lambda: sampler_program("decode"), ("actor", "batch")),
-      ("log_probs", lambda: learner.log_probs.lower(actor, batch, num_micro=micro["actor"]), ("actor",)),
+      ("logprobs", lambda: learner.logprobs.lower(actor, batch, num_micro=micro["actor"]), ("actor",)),
   ]
   if with_ref:
-    candidates.append(("ref_log_probs", lambda: learner.log_probs.lower(actor, batch, num_micro=micro["actor"],
+    candidates.append(("ref_logprobs", lambda: learner.logprobs.lower(actor, batch, num_micro=micro["actor"],
                                                                         with_entropy=False), ("ref",)))
   if with_critic:
     candidates += [

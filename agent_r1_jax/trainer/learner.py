@@ -4,19 +4,19 @@ Layout of a learner batch (all device arrays, `B` rows, prompt length `P`, respo
 
     input_ids        int32 [B, P+R]   left-padded prompt ++ right-padded response
     attention_mask   int32 [B, P+R]   1 = real token (prompt, action or observation)
-    responses        int32 [B, R]     = input_ids[:, P:]
+    response_ids     int32 [B, R]     = input_ids[:, P:]
     loss_mask        f32   [B, R]     tokens that carry policy loss (action mask, or response mask in the
                                       `loss_mask=response` ablation)
     advantage_mask   f32   [B, R]     tokens that carry advantages and value targets (same choice)
-    old_log_probs    f32   [B, R]     log pi_old(a_t | s_t), recomputed by the learner before the update
-    ref_log_probs    f32   [B, R]     log pi_ref(a_t | s_t) (frozen initial policy), when a KL loss is on
+    old_logprobs     f32   [B, R]     log pi_old(a_t | s_t), recomputed by the learner before the update
+    ref_logprobs     f32   [B, R]     log pi_ref(a_t | s_t) (frozen initial policy), when a KL is on
     advantages       f32   [B, R]
     returns, old_values f32 [B, R]    critic targets and rollout-time values (PPO)
 
 Response token j sits at sequence position P + j and is predicted by the hidden state at P + j - 1, so
 every per-response quantity reads `hidden[:, P-1 : P+R-1]`; the value of the state before token j is read
 from the same slice. The LM head is applied to that slice only (never to the prompt), in blocks of
-`logits_chunk_size` positions (`rl.chunked_log_probs`), so no pass holds `[m, R, V]` logits.
+`logits_chunk_size` positions (`rl.chunked_logprobs`), so no pass holds `[m, R, V]` logits.
 
 Memory does not grow with the batch: every pass (old and reference log-probs, values, and the actor and
 critic updates) walks micro-batches of `m` rows with a `lax.map` / `lax.scan`, so one micro-batch's
@@ -51,9 +51,9 @@ def batch_fields(rows: int, prompt_length: int, response_length: int, *, with_re
   """`{name: (shape, dtype)}` of a learner batch (the layout in the module docstring): what `prepare_batch`
   builds and every jitted pass reads; the dry run compiles the passes for exactly these arrays."""
   seq, resp = (rows, prompt_length + response_length), (rows, response_length)
-  fields = {"input_ids": (seq, jnp.int32), "attention_mask": (seq, jnp.int32), "responses": (resp, jnp.int32)}
-  names = ["loss_mask", "advantage_mask", "old_log_probs", "advantages", "returns"]
-  names += ["ref_log_probs"] * with_ref + ["old_values"] * with_values
+  fields = {"input_ids": (seq, jnp.int32), "attention_mask": (seq, jnp.int32), "response_ids": (resp, jnp.int32)}
+  names = ["loss_mask", "advantage_mask", "old_logprobs", "advantages", "returns"]
+  names += ["ref_logprobs"] * with_ref + ["old_values"] * with_values
   fields.update({name: (resp, jnp.float32) for name in names})
   return fields
 
@@ -79,22 +79,22 @@ def response_hidden(model: nnx.Module, input_ids: jax.Array, attention_mask: jax
   return jax.lax.slice_in_dim(hidden, start, start + response_length, axis=1)
 
 
-def response_log_probs(model: nnx.Module, batch: Batch, *, temperature: float = 1.0, with_entropy: bool = False,
+def response_logprobs(model: nnx.Module, batch: Batch, *, temperature: float = 1.0, with_entropy: bool = False,
                        chunk_size: int = 0) -> tuple[jax.Array, jax.Array | None]:
   """`log softmax(logits / temperature)[a_t]` for every response token, float32 `[B, R]`.
 
   Also returns the per-token entropy of the (temperature-scaled) policy when `with_entropy`. The LM head
-  runs over blocks of `chunk_size` response positions (0: all at once); see `rl.chunked_log_probs`.
+  runs over blocks of `chunk_size` response positions (0: all at once); see `rl.chunked_logprobs`.
   """
-  responses = batch["responses"]
+  responses = batch["response_ids"]
   h = response_hidden(model, batch["input_ids"], batch["attention_mask"], responses.shape[1])
-  return rl.chunked_log_probs(h, responses, model.logits, chunk_size=chunk_size, temperature=temperature,
+  return rl.chunked_logprobs(h, responses, model.logits, chunk_size=chunk_size, temperature=temperature,
                               with_entropy=with_entropy)
 
 
 def response_values(critic: nnx.Module, batch: Batch) -> jax.Array:
   """Critic values V(s_t) of the state before each response token, float32 `[B, R]`."""
-  r = batch["responses"].shape[1]
+  r = batch["response_ids"].shape[1]
   h = response_hidden(critic, batch["input_ids"], batch["attention_mask"], r).astype(jnp.float32)
   values = jnp.einsum("brd,d->br", h, critic.value_kernel[...].astype(jnp.float32))
   return values + critic.value_bias[...].astype(jnp.float32)
@@ -142,10 +142,10 @@ def actor_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: Batch, denomina
   """Actor objective of one micro-batch, divided by the mini-batch denominator `D`."""
   model = merge_for_compute(graphdef, params)
   # Entropy is always reported; it enters the loss only when entropy_coef > 0.
-  logp, entropy = response_log_probs(model, batch, temperature=cfg.temperature, with_entropy=True,
+  logp, entropy = response_logprobs(model, batch, temperature=cfg.temperature, with_entropy=True,
                                      chunk_size=cfg.logits_chunk_size)
   mask = batch["loss_mask"]
-  pg = rl.compute_policy_loss(batch["old_log_probs"], logp, batch["advantages"], mask,
+  pg = rl.compute_policy_loss(batch["old_logprobs"], logp, batch["advantages"], mask,
                               clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
                               clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, horizon=cfg.horizon)
   on = mask > 0
@@ -154,7 +154,7 @@ def actor_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: Batch, denomina
   metrics = {"actor/pg_loss": pg.loss, "actor/entropy": ent, "actor/clip_fraction": pg.clip_fraction,
              "actor/clip_fraction_dual": pg.clip_fraction_lower, "actor/approx_kl": pg.approx_kl}
   if cfg.use_kl_loss:
-    kl = rl.compute_kl_loss(logp, batch["ref_log_probs"], mask, kind=cfg.kl_loss_type,
+    kl = rl.compute_kl_loss(logp, batch["ref_logprobs"], mask, kind=cfg.kl_loss_type,
                             loss_agg_mode=cfg.loss_agg_mode, horizon=cfg.horizon)
     total = total + cfg.kl_loss_coef * kl.total
     metrics["actor/kl_loss"] = kl
@@ -318,18 +318,18 @@ class Learner:
     self.critic_graphdef = critic_graphdef
     self.critic_tx = critic_tx
     self.critic_cfg = critic_cfg
-    self.log_probs = jax.jit(self._log_probs, static_argnames=("num_micro", "with_entropy"))
+    self.logprobs = jax.jit(self._logprobs, static_argnames=("num_micro", "with_entropy"))
     self.values = jax.jit(self._values, static_argnames=("num_micro",))
     self.actor_step = jax.jit(self._actor_step, static_argnames=("num_micro",), donate_argnums=(0, 1))
     self.critic_step = jax.jit(self._critic_step, static_argnames=("num_micro",), donate_argnums=(0, 1))
 
-  def _log_probs(self, params: nnx.State, batch: Batch, *, num_micro: int = 1,
+  def _logprobs(self, params: nnx.State, batch: Batch, *, num_micro: int = 1,
                  with_entropy: bool = True) -> tuple[jax.Array, jax.Array | None]:
     """Response log-probs `[B, R]` (and entropy, else None) of the policy `params`, micro-batch by micro-batch."""
     cfg = self.actor_cfg
 
     def one(p, mb):  # the model is merged inside the loop: nnx modules must not cross trace levels
-      return response_log_probs(merge_for_compute(self.actor_graphdef, p), mb, temperature=cfg.temperature,
+      return response_logprobs(merge_for_compute(self.actor_graphdef, p), mb, temperature=cfg.temperature,
                                 with_entropy=with_entropy, chunk_size=cfg.logits_chunk_size)
     return map_micro(one, params, _scoring_inputs(batch), num_micro)
 
@@ -351,7 +351,7 @@ class Learner:
 
 def _scoring_inputs(batch: Batch) -> Batch:
   """The arrays a forward pass reads (the rest of a learner batch is not carried through its micro-batches)."""
-  return {k: batch[k] for k in ("input_ids", "attention_mask", "responses")}
+  return {k: batch[k] for k in ("input_ids", "attention_mask", "response_ids")}
 
 
 def _update_step(loss_fn: Callable, tx: optax.GradientTransformation, params, opt_state, batch: Batch,

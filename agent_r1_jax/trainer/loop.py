@@ -138,21 +138,17 @@ class RLTrainer:
     stages = sft_lib.parse_stages(c.sft.stages)
     data = warmup_lib.warmup_data(c, self.task, stages, verbose=self.is_chief)
     examples, rag_examples, reading_examples = data.examples, data.rag_examples, data.reading_examples
-    result = sft_lib.run_sft(
+    params = sft_lib.run_sft(
         self.actor_graphdef, self.state["actor"], examples, stages=stages, drill_examples=data.drill,
-        copy_stop=data.copy_stop, single_turn_examples=rag_examples, reading_examples=reading_examples,
+        single_turn_examples=rag_examples, reading_examples=reading_examples,
         lr=c.sft.lr, warmup_steps=c.sft.warmup_steps, weight_decay=c.sft.weight_decay, adam_b2=c.sft.adam_b2,
         prompt_length=data.prompt_length, response_length=c.rollout.max_response_length,
         pad_id=int(tok.pad_token_id), seed=c.seed, length_multiple=c.trainer.length_multiple or None, log_fn=log,
         logits_chunk_size=c.sft.logits_chunk_size)
-    self._start_policy(result.params)
+    self._start_policy(params)
     self.meta.update(sft_seconds=time.perf_counter() - t0,
                      sft_examples=len(examples) + len(rag_examples) + len(reading_examples),
-                     sft_rag_examples=len(rag_examples), sft_multi_hop_reading_examples=len(reading_examples),
-                     sft_copy_steps=result.copy_steps, sft_drill_loss=result.drill_loss)
-    if self.is_chief and data.copy_stop is not None:
-      print(f"copy drill: {result.copy_steps} steps, held-out drill loss {result.drill_loss:.3f} "
-            f"(target {c.sft.copy_target_loss})", flush=True)
+                     sft_rag_examples=len(rag_examples), sft_multi_hop_reading_examples=len(reading_examples))
 
   def init_from(self, source: str) -> None:
     """RL starts from `source`'s policy (`--config.init_from`: another run's step-0 checkpoint or a Hugging Face
@@ -220,21 +216,21 @@ class RLTrainer:
     dev = traj.to_device(self.batch_sharding, extra={"token_level_rewards": token_rewards})
     loss_mask, adv_mask = self._masks(dev)
     batch = {"input_ids": dev["input_ids"], "attention_mask": dev["attention_mask"],
-             "responses": dev["response_ids"], "loss_mask": loss_mask, "advantage_mask": adv_mask}
+             "response_ids": dev["response_ids"], "loss_mask": loss_mask, "advantage_mask": adv_mask}
     rows = batch["input_ids"].shape[0]  # global rows (all processes)
     actor_micro = config_lib.micro_batches(c, "actor", rows, jax.device_count())
-    old_logp, entropy = self.learner.log_probs(self.state["actor"], batch, num_micro=actor_micro)
+    old_logp, entropy = self.learner.logprobs(self.state["actor"], batch, num_micro=actor_micro)
     action = dev["action_mask"].astype(jnp.float32)
     metrics: dict[str, Any] = {
         "logprob_drift_max": jnp.max(jnp.abs(old_logp - dev["sampler_logprobs"]) * action),
         "entropy": jnp.sum(entropy * action) / jnp.maximum(jnp.sum(action), 1.0)}
-    batch["old_log_probs"] = old_logp
+    batch["old_logprobs"] = old_logp
     if "ref" in self.state:
-      batch["ref_log_probs"], _ = self.learner.log_probs(self.state["ref"], batch, num_micro=actor_micro,
+      batch["ref_logprobs"], _ = self.learner.logprobs(self.state["ref"], batch, num_micro=actor_micro,
                                                          with_entropy=False)
     rewards = dev["token_level_rewards"]
     if c.algorithm.use_kl_in_reward:
-      rewards, kl = self._kl_penalty(rewards, old_logp, batch["ref_log_probs"], action, self.kl_ctrl.value,
+      rewards, kl = self._kl_penalty(rewards, old_logp, batch["ref_logprobs"], action, self.kl_ctrl.value,
                                      kind=c.algorithm.kl_penalty)
       metrics["kl_in_reward"] = kl.value()
       metrics["kl_coef"] = self.kl_ctrl.value

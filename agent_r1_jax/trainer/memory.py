@@ -22,7 +22,7 @@ and each program holds:
   prefill       params, ids -> cache of the prompt bucket, padded to S; one layer's prompt attention
   extend        params, cache, observation ids -> one layer's attention of T_obs new tokens over S slots
   decode        params, cache, [b, V] logits -> per step: sampling's [b, V] float32 temporaries
-  log_probs     params, the learner batch -> one micro-batch's forward (one layer's working set, the final
+  logprobs     params, the learner batch -> one micro-batch's forward (one layer's working set, the final
                 hidden states) and one logits block; outputs [rows, R] log-probs (and entropy)
   values        the same through the critic, without logits
   actor_update  params, AdamW state, the mini-batch -> gradient accumulator and one micro-batch's gradient,
@@ -180,12 +180,12 @@ def plan_programs(s: RunShape) -> dict[str, float]:
                 + z.layer(b, s.extend_bucket),
       "decode": z.params + z.gathered_weights(s.compute_bytes) + cache + logits_rows + sampling
                 + b * s.segment_width * 8 + z.attention(b, 1, s.cache_length),
-      "log_probs": z.params + head + z.batch(s.learner_rows) + 2 * z.rows(s.learner_rows) * s.response_length * 4
+      "logprobs": z.params + head + z.batch(s.learner_rows) + 2 * z.rows(s.learner_rows) * s.response_length * 4
                    + forward(s.actor_micro) + z.logits_block(s.actor_micro),
       "actor_update": z.params + z.gathered_weights(s.compute_bytes + 4) + adam + z.batch(s.mini_rows)
                       + backward(s.actor_micro) + 2 * z.logits_block(s.actor_micro),
   }
-  plan["ref_log_probs"] = plan["log_probs"] - z.rows(s.learner_rows) * s.response_length * 4
+  plan["ref_logprobs"] = plan["logprobs"] - z.rows(s.learner_rows) * s.response_length * 4
   if s.use_critic:
     values = s.critic_micro * seq * a.hidden_size * 4
     plan["values"] = (z.params + z.batch(s.learner_rows) + z.rows(s.learner_rows) * s.response_length * 4

@@ -86,7 +86,7 @@ def apply_tiny(c: config_dict.ConfigDict) -> None:
   c.sft.multi_hop_questions = 1600
   c.sft.lr = 3e-3
   c.sft.adam_b2 = 0.95
-  c.sft.expert_error_rate = 0.6
+  c.sft.expert_guess_rate = 0.6
   c.sft.expert_guess_at = "start"
   c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=1, tensor=1))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import pathlib
 from typing import Any, Mapping, Sequence
 
@@ -33,21 +32,13 @@ class _SftLogger:
     from tqdm import tqdm  # pylint: disable=import-outside-toplevel
     self._bar = tqdm(total=total, desc="sft", disable=not enabled, dynamic_ncols=True)
     self.last_loss = float("nan")
-    self.drill_loss = float("nan")  # the copy phase's last held-out check
 
   def __call__(self, step: int, metrics: Mapping[str, Any]) -> None:
-    total = metrics.get("sft/total_steps")
-    if total is not None and int(total) != self._bar.total:  # the copy phase ended early
-      self._bar.total = int(total)
-    if "sft/drill_loss" in metrics:
-      self.drill_loss = float(metrics["sft/drill_loss"])
     if step % 10 == 0:
       self.last_loss = float(metrics["sft/loss"])
       turns = int(metrics.get("sft/turns", 0))
       shown = {COPY_DRILL: "copy", 0: "all"}.get(turns, turns)
-      checked = turns == COPY_DRILL and not math.isnan(self.drill_loss)
-      extra = {"drill": f"{self.drill_loss:.3f}"} if checked else {}
-      self._bar.set_postfix(turns=shown, loss=f"{self.last_loss:.4f}", **extra, refresh=False)
+      self._bar.set_postfix(turns=shown, loss=f"{self.last_loss:.4f}", refresh=False)
     self._bar.update(1)
 
   def close(self) -> None:

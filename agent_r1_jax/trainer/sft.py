@@ -14,22 +14,13 @@ assistant turns (`data.sft.first_turns`: a prefix, so the loss on those tokens i
 trains on copy-drill examples instead (`data.synthetic.copy_drill`: repeat a list of random names), e.g.
 
     "copy:800:32,1:200:32,2:150:32,all:550:16"
-        up to 800 steps of 32 copy drills (~80 tokens each: learn to copy a span just read),
+        800 steps of 32 copy drills (~80 tokens each: learn to copy a span just read),
         200 steps of 32 first turns (the question -> query copy),
         150 steps of 32 two-turn prefixes (reading the first observation),
         550 steps of 16 whole trajectories (or of single-turn naive-RAG examples, in batches of their own).
 
-All steps share one AdamW state and one schedule planned over every stage's steps: a linear warm-up, then
-a cosine decay to 0 at the last planned step. The warm-up has two phases:
-
-  copy phase        the leading `copy` stages: the from-scratch model's stand-in for pretraining. With a
-                    `CopyStop`, every `check_every` steps the mean action-token NLL on held-out drills is
-                    measured, and the phase ends once it is at or below `target_loss`: the drill's loss falls
-                    in a phase change (the model "gets" copying), and when that happens depends on the seed
-                    (a few hundred steps either way), so a fixed step count is either wasted time or, for an
-                    unlucky seed, a model that cannot read. The steps it did not run are skipped in
-                    the schedule, so the trajectory phase always runs the same part of it.
-  trajectory phase  the other stages.
+All stages run in order with one AdamW state and one schedule planned over every stage's steps: a
+linear warm-up, then a cosine decay to 0 at the last step.
 """
 
 from __future__ import annotations
@@ -87,16 +78,12 @@ def parse_stages(spec: str) -> list[Stage]:
     stages.append(stage)
   if not stages:
     raise ValueError("sft.stages is empty; give at least one turns:steps:batch_size entry (e.g. 'all:150:16')")
-  kinds = [stage.is_copy_drill for stage in stages]
-  if kinds != sorted(kinds, reverse=True):
-    raise ValueError(f"sft.stages {spec!r}: 'copy' stages must come before the trajectory stages (the copy drill "
-                     f"stands in for pretraining and runs as its own phase, see trainer/sft.py)")
   return stages
 
 
 def learner_batch(examples: Sequence[Any], prompt_length: int, response_length: int,
                   pad_id: int, *, multiple: int | None = None) -> dict[str, np.ndarray]:
-  """`SFTExample`s in the learner layout: `input_ids`/`attention_mask` [B, P+R], `responses`, `loss_mask`.
+  """`SFTExample`s in the learner layout: `input_ids`/`attention_mask` [B, P+R], `response_ids`, `loss_mask`.
 
   Built on `data.collate` (the rollout's layout); a response longer than R is cut on the right. With
   `multiple`, P and R shrink to the batch's longest prompt / response rounded up to that multiple
@@ -108,7 +95,7 @@ def learner_batch(examples: Sequence[Any], prompt_length: int, response_length: 
   c = collate(examples, prompt_length=prompt_length, response_length=response_length, pad_id=pad_id)
   ids = np.concatenate([c["prompt_ids"], c["response_ids"]], axis=1)
   return {"input_ids": ids, "attention_mask": np.concatenate([c["prompt_mask"], c["response_mask"]], axis=1),
-          "responses": c["response_ids"], "loss_mask": c["action_mask"].astype(np.float32)}
+          "response_ids": c["response_ids"], "loss_mask": c["action_mask"].astype(np.float32)}
 
 
 def sft_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: dict[str, jax.Array], *,
@@ -116,14 +103,9 @@ def sft_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: dict[str, jax.Arr
   """Token-mean NLL of the action tokens (see module docstring); the LM head runs over blocks of
   `logits_chunk_size` response positions (0: all at once), as in the RL learner."""
   model = nnx.merge(graphdef, params)
-  logp, _ = learner_lib.response_log_probs(model, batch, chunk_size=logits_chunk_size)
+  logp, _ = learner_lib.response_logprobs(model, batch, chunk_size=logits_chunk_size)
   mask = batch["loss_mask"]
   return -jnp.sum(logp * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-
-
-def skipping(schedule: optax.Schedule, skipped: int) -> optax.Schedule:
-  """`schedule` with `skipped` steps left out: optimizer count t runs at `schedule(t + skipped)`."""
-  return lambda count: schedule(count + skipped)
 
 
 class SupervisedTrainer:
@@ -134,36 +116,11 @@ class SupervisedTrainer:
     self.tx = tx
     self.chunk = logits_chunk_size
     self.step = jax.jit(self._step, donate_argnums=(0, 1))
-    self.loss = jax.jit(lambda params, batch: sft_loss(params, graphdef, batch, logits_chunk_size=self.chunk))
 
   def _step(self, params, opt_state, batch):
     loss, grads = jax.value_and_grad(sft_loss)(params, self.graphdef, batch, logits_chunk_size=self.chunk)
     params, opt_state, upd = learner_lib.apply_update(self.tx, params, opt_state, grads)
     return params, opt_state, {"sft/loss": loss, "sft/grad_norm": upd["grad_norm"]}
-
-
-@dataclasses.dataclass(frozen=True)
-class CopyStop:
-  """When the copy phase may end early: once the mean action-token NLL on the `held_out` drills (measured every
-  `check_every` steps, in batches of `batch_size`) is <= `target_loss` nats/token."""
-  target_loss: float
-  held_out: Sequence[Any]
-  check_every: int = 25
-  batch_size: int = 64
-
-  def __post_init__(self):
-    if not self.target_loss > 0 or self.check_every < 1 or not self.held_out:
-      raise ValueError(f"CopyStop needs target_loss > 0, check_every >= 1 and held-out drills; got "
-                       f"{self.target_loss}, {self.check_every}, {len(self.held_out)} drills")
-
-
-@dataclasses.dataclass
-class WarmupResult:
-  """What `run_sft` returns: the trained parameters, the copy phase's length and its last held-out drill loss
-  (None without a `CopyStop`)."""
-  params: nnx.State
-  copy_steps: int
-  drill_loss: float | None
 
 
 class _Batches:
@@ -187,25 +144,12 @@ class _Batches:
     return learner_batch([pool[i] for i in chosen], **self.layout)
 
 
-def mean_loss(loss_fn, params: nnx.State, examples: Sequence[Any], *, batch_size: int, layout: dict) -> float:
-  """Token-mean action NLL over all `examples` (`loss_fn(params, batch)` is a batch's token mean, so each batch
-  is weighted by its action-token count)."""
-  total = tokens = 0.0
-  for start in range(0, len(examples), batch_size):
-    batch = learner_batch(examples[start:start + batch_size], **layout)
-    count = float(batch["loss_mask"].sum())
-    total += float(loss_fn(params, batch)) * count
-    tokens += count
-  return total / max(tokens, 1.0)
-
-
 def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], *, stages: Sequence[Stage],
             lr: float, warmup_steps: int, weight_decay: float, prompt_length: int, response_length: int,
             pad_id: int, seed: int, length_multiple: int | None = 64, log_fn=None,
-            drill_examples: Sequence[Any] = (), copy_stop: CopyStop | None = None,
-            single_turn_examples: Sequence[Any] = (), reading_examples: Sequence[Any] = (),
-            adam_b2: float = 0.999, logits_chunk_size: int = 0) -> WarmupResult:
-  """Runs the warm-up `stages` (copy phase, then trajectory phase; see the module docstring).
+            drill_examples: Sequence[Any] = (), single_turn_examples: Sequence[Any] = (),
+            reading_examples: Sequence[Any] = (), adam_b2: float = 0.999, logits_chunk_size: int = 0) -> nnx.State:
+  """Runs the warm-up `stages` in order and returns the trained parameters (see the module docstring).
 
   Copy-drill stages draw shuffled epochs of `drill_examples` (`data.synthetic.copy_drill`), the others of
   `examples` cut to the stage's turns; whole-trajectory (`all`) stages also draw `single_turn_examples`
@@ -213,10 +157,9 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
   `reading_examples` (episodes whose first turn is context, action mask 0: `first_turns` cannot cut them like
   the others), each in batches of their own. Each batch is padded only to its own length bucket
   (`length_multiple`; None pads to the full P and R). AdamW uses `adam_b2` as its second-moment decay.
-  `log_fn(step, metrics)` receives the global step (0-based) and the stage's `sft/turns` (-1 for the copy
-  drill), plus `sft/drill_loss` at each `copy_stop` check and, in the trajectory phase, `sft/total_steps` (the
-  warm-up's length once the copy phase has ended). `logits_chunk_size` bounds the LM head's `[B, C, V]` block
-  (see `sft_loss`).
+  `log_fn(step, metrics)` receives the global step (0-based), the loss, the gradient norm and the stage's
+  `sft/turns` (-1 for the copy drill). `logits_chunk_size` bounds the LM head's `[B, C, V]` block (see
+  `sft_loss`).
   """
   if not examples:
     raise ValueError("supervised warm-up has no examples (the expert produced no grounded trajectory)")
@@ -225,54 +168,22 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
   layout = dict(prompt_length=prompt_length, response_length=response_length, pad_id=pad_id,
                 multiple=length_multiple)
   rng = np.random.default_rng(seed)
-  copy_stages = [s for s in stages if s.is_copy_drill]
-  trajectory_stages = [s for s in stages if not s.is_copy_drill]
+  schedule = learner_lib.lr_schedule(lr, warmup_steps, total_steps=sum(s.steps for s in stages), schedule="cosine")
+  tx = learner_lib.clipped_adamw(schedule, weight_decay=weight_decay, grad_clip=1.0, b2=adam_b2)
+  trainer = SupervisedTrainer(graphdef, tx, logits_chunk_size=logits_chunk_size)
+  opt_state = tx.init(params)
   step = 0
-
-  def log(metrics, turns):
-    if log_fn is not None:
-      log_fn(step, dict(metrics, **{"sft/turns": turns}))
-
-  drill_loss = None
-
-  def copied_enough():
-    return copy_stop is not None and drill_loss is not None and drill_loss <= copy_stop.target_loss
-
-  planned_copy, total = sum(s.steps for s in copy_stages), sum(s.steps for s in trajectory_stages)
-  schedule = learner_lib.lr_schedule(lr, warmup_steps, total_steps=planned_copy + total, schedule="cosine")
-
-  def adamw(lr_at):  # one AdamW state moves between the two phases' transforms
-    return learner_lib.clipped_adamw(lr_at, weight_decay=weight_decay, grad_clip=1.0, b2=adam_b2)
-
-  opt_state = adamw(schedule).init(params)
-  if planned_copy:
-    trainer = SupervisedTrainer(graphdef, adamw(schedule), logits_chunk_size=logits_chunk_size)
-    for stage in copy_stages:
-      batches = _Batches([drill_examples], stage.batch_size, rng, layout)
-      for _ in range(stage.steps):
-        params, opt_state, metrics = trainer.step(params, opt_state, batches.next())
-        if copy_stop is not None and (step + 1) % copy_stop.check_every == 0:
-          drill_loss = mean_loss(trainer.loss, params, copy_stop.held_out, batch_size=copy_stop.batch_size,
-                                 layout=layout)
-          metrics = dict(metrics, **{"sft/drill_loss": drill_loss})
-        log(metrics, COPY_DRILL)
-        step += 1
-        if copied_enough():
-          break
-      if copied_enough():
-        break
-  copy_steps = step
-
-  if total:
-    trainer = SupervisedTrainer(graphdef, adamw(skipping(schedule, planned_copy - copy_steps)),
-                                logits_chunk_size=logits_chunk_size)
-    for stage in trajectory_stages:
+  for stage in stages:
+    if stage.is_copy_drill:
+      pools = [drill_examples]
+    else:
       whole = stage.turns == 0
       pools = [[first_turns(ex, stage.turns) for ex in examples], single_turn_examples if whole else (),
                reading_examples if whole else ()]
-      batches = _Batches(pools, stage.batch_size, rng, layout)
-      for _ in range(stage.steps):
-        params, opt_state, metrics = trainer.step(params, opt_state, batches.next())
-        log(dict(metrics, **{"sft/total_steps": copy_steps + total}), stage.turns)
-        step += 1
-  return WarmupResult(params=params, copy_steps=copy_steps, drill_loss=drill_loss)
+    batches = _Batches(pools, stage.batch_size, rng, layout)
+    for _ in range(stage.steps):
+      params, opt_state, metrics = trainer.step(params, opt_state, batches.next())
+      if log_fn is not None:
+        log_fn(step, dict(metrics, **{"sft/turns": stage.turns}))
+      step += 1
+  return params

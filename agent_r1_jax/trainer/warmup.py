@@ -1,8 +1,8 @@
 """The supervised warm-up's data: which expert episodes a run trains on before RL (trainer/sft.py trains).
 
-  synthetic task   the scripted expert in the task world and its sibling worlds (no question naming a held-out
-                   entity), its one-hop episodes and their naive-RAG form in fresh worlds, its multi-hop
-                   episodes in other fresh worlds with the first turn as context, and the copy drill;
+  synthetic task   the scripted expert in the task world (no question naming a held-out entity), its one-hop
+                   episodes and their naive-RAG form in fresh worlds, its multi-hop episodes in other fresh
+                   worlds with the first turn as context, and the copy drill;
   real data        the supporting-facts expert (`data.supporting_facts_expert`) on the train split, searching
                    through the run's own environment; no copy drill (a pretrained model reads already).
 """
@@ -15,17 +15,15 @@ from typing import Any, Sequence
 from ml_collections import config_dict
 
 from agent_r1_jax.trainer import sft as sft_lib
-from agent_r1_jax.trainer import task as task_lib
 
 
 @dataclasses.dataclass
 class WarmupData:
-  """Tokenized `SFTExample`s per pool (see `sft.run_sft`), the copy phase's early stop, and the prompt width P."""
+  """Tokenized `SFTExample`s per pool (see `sft.run_sft`) and the prompt width P."""
   examples: list
   rag_examples: list
   reading_examples: list
   drill: list
-  copy_stop: sft_lib.CopyStop | None
   prompt_length: int
 
 
@@ -39,7 +37,7 @@ def warmup_data(c: config_dict.ConfigDict, task: Any, stages: Sequence[sft_lib.S
     examples, rag_examples, reading_examples = real_examples(task, verbose=verbose), [], []
   else:
     examples, rag_examples, reading_examples = synthetic_examples(c, task)
-  drill, copy_stop = copy_drill(c, task, sum(s.steps * s.batch_size for s in stages if s.is_copy_drill))
+  drill = copy_drill(c, task, sum(s.steps * s.batch_size for s in stages if s.is_copy_drill))
   # Naive-RAG prompts carry passages and are longer than the tool loop's; like evaluate's naive_rag, they
   # may use the context window beyond rollout.max_prompt_length.
   prompt_length = max([c.rollout.max_prompt_length] + [len(e.prompt_ids) for e in rag_examples])
@@ -48,7 +46,7 @@ def warmup_data(c: config_dict.ConfigDict, task: Any, stages: Sequence[sft_lib.S
                      f"rollout.max_context_length={c.rollout.max_context_length}. Lower --config.tool.top_k or "
                      f"--config.env.max_tool_response_length, or set --config.sft.rag_questions=0")
   return WarmupData(examples=examples, rag_examples=rag_examples, reading_examples=reading_examples, drill=drill,
-                    copy_stop=copy_stop, prompt_length=prompt_length)
+                    prompt_length=prompt_length)
 
 
 def real_examples(task: Any, *, verbose: bool) -> list:
@@ -66,22 +64,18 @@ def real_examples(task: Any, *, verbose: bool) -> list:
 def synthetic_examples(c: config_dict.ConfigDict, task: Any) -> tuple[list, list, list]:
   """(tool-loop SFT examples, naive-RAG SFT examples, multi-hop reading examples) of the synthetic task."""
   from agent_r1_jax.data.synthetic import (  # pylint: disable=import-outside-toplevel
-      expert_trajectories, held_out_entities, sft_examples, sibling_worlds)
+      expert_trajectories, held_out_entities, sft_examples)
   from agent_r1_jax.data.synthetic.reading import (  # pylint: disable=import-outside-toplevel
       multi_hop_reading, naive_rag_examples, one_hop_trajectories, task_relation_mix)
   files, tok = task.synthetic_files, task.tokenizer
-  worlds = [(files, task.env)] + [(sibling, task_lib.synthetic_env(c, sibling))
-                                  for sibling in sibling_worlds(files, c.sft.sibling_worlds)]
   held_out = held_out_entities(files)
 
   def tokenized(trajectories):  # dropping any whose question names an entity of a held-out question
     unseen = [t for t in trajectories if not held_out & set(t.question["question_entities"])]
     return sft_examples(tok, unseen, task.prompt_tool_schemas, instruction=task.instruction)
 
-  trajs = [t for world, env in worlds
-           for t in expert_trajectories(world, "train", error_rate=c.sft.expert_error_rate,
-                                        guess_at=c.sft.expert_guess_at, verbose_rate=c.sft.expert_verbose_rate,
-                                        seed=c.seed, env=env)]
+  trajs = expert_trajectories(files, "train", guess_rate=c.sft.expert_guess_rate, guess_at=c.sft.expert_guess_at,
+                              seed=c.seed, env=task.env)
   env_options = dict(top_k=c.tool.top_k, max_tool_response_length=c.env.max_tool_response_length,
                      assistant_prefix=c.env.assistant_prefix, parallel_tool_calls=c.env.parallel_tool_calls)
   mix = task_relation_mix(files.questions("train")) if c.sft.reading_relations == "task" else None
@@ -100,15 +94,9 @@ def synthetic_examples(c: config_dict.ConfigDict, task: Any) -> tuple[list, list
   return examples, rag_examples, tokenized(reading)
 
 
-def copy_drill(c: config_dict.ConfigDict, task: Any, count: int) -> tuple[list, sft_lib.CopyStop | None]:
-  """`count` copy-drill examples and, with `sft.copy_target_loss`, the early stop on 128 held-out drills."""
+def copy_drill(c: config_dict.ConfigDict, task: Any, count: int) -> list:
+  """`count` copy-drill examples (`data.synthetic.copy_drill`)."""
   from agent_r1_jax.data.synthetic.copy_drill import copy_drill_examples  # pylint: disable=import-outside-toplevel
   if not count:
-    return [], None
-  tok, schemas = task.tokenizer, task.prompt_tool_schemas
-  drill = copy_drill_examples(tok, count, seed=c.seed, tool_schemas=schemas)
-  if not c.sft.copy_target_loss:
-    return drill, None
-  held_out = copy_drill_examples(tok, 128, seed=c.seed + 10_000, tool_schemas=schemas)
-  return drill, sft_lib.CopyStop(target_loss=c.sft.copy_target_loss, held_out=held_out,
-                                 check_every=c.sft.copy_check_every)
+    return []
+  return copy_drill_examples(task.tokenizer, count, seed=c.seed, tool_schemas=task.prompt_tool_schemas)

@@ -175,22 +175,6 @@ def prepare_synthetic_world(config: WorldConfig | None = None, *, vocab_size: in
   return files
 
 
-def sibling_worlds(files: SyntheticWorldFiles, count: int) -> list[SyntheticWorldFiles]:
-  """`count` more worlds with `files`' names and other facts, prepared or reused from the same cache.
-
-  Sibling k has the same config with `fact_seed` = (the world's `fact_seed`, else its `seed`) + k: every name
-  recurs, with relations drawn anew. A policy warmed up on siblings cannot answer from facts memorised in one
-  world; the observation is the only way to tell which world it is in. When the world itself has a `fact_seed`,
-  its siblings also share its train / validation / test partition of question entities (see `generate_world`).
-  """
-  if count < 0:
-    raise ValueError(f"the number of sibling worlds must be >= 0, got {count}")
-  config = files.config
-  base = config.seed if config.fact_seed is None else config.fact_seed
-  return [prepare_synthetic_world(dataclasses.replace(config, fact_seed=base + k), cache_root=files.root.parent)
-          for k in range(1, count + 1)]
-
-
 def held_out_entities(files: SyntheticWorldFiles) -> set[str]:
   """The entities named in the world's validation and test questions (no training question names one)."""
   return {name for split in ("validation", "test") for q in files.questions(split) for name in q["question_entities"]}
@@ -205,8 +189,8 @@ def guess_pools(world: World) -> dict[str, list[str]]:
   return pools
 
 
-def expert_trajectories(files: SyntheticWorldFiles, split: str = "train", *, error_rate: float = 0.0,
-                        guess_at: str = "each_hop", verbose_rate: float = 0.0, seed: int = 0, env: Any = None,
+def expert_trajectories(files: SyntheticWorldFiles, split: str = "train", *, guess_rate: float = 0.0,
+                        guess_at: str = "each_hop", seed: int = 0, env: Any = None,
                         limit: int | None = None) -> list[expert_lib.Trajectory]:
   """The scripted expert's trajectories for (the first `limit`) questions of a split.
 
@@ -214,8 +198,8 @@ def expert_trajectories(files: SyntheticWorldFiles, split: str = "train", *, err
   """
   questions = files.questions(split)[:limit]
   env = env if env is not None else make_search_env(files)
-  expert = expert_lib.ScriptedExpert(env, guess_pools(files.world()), error_rate=error_rate, guess_at=guess_at,
-                                     verbose_rate=verbose_rate, seed=seed)
+  expert = expert_lib.ScriptedExpert(env, guess_pools(files.world()), guess_rate=guess_rate, guess_at=guess_at,
+                                     seed=seed)
   return expert.run(questions)
 
 

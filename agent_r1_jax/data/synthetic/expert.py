@@ -10,14 +10,11 @@ For a question with hops `(q_1, r_1, v_1) ... (q_n, r_n, v_n)` the expert writes
   final:    <think>The birthplace of Arlen Voss is Morvale.</think>\\n<answer>Morvale</answer><|im_end|>
 
 so every name it writes is either in the question or copied from the observation it just received. With
-probability `error_rate` it instead stops searching and guesses (a random answer of the right kind: a city for a
+probability `guess_rate` it instead stops searching and guesses (a random answer of the right kind: a city for a
 birthplace, a year, one of the two compared names, ...), which is how an imperfect warm-up policy fails: at each
 hop (`guess_at="each_hop"`), or only before its first search (`guess_at="start"`: it either answers from "memory"
-without the tool or searches every hop, like an instruct model that under-uses its tools). Independently, with
-probability `verbose_rate` its final answer restates its last thought as a sentence (`<answer>The headquarters
-city of Pryor Motors is Jasbury.</answer>`) instead of the bare entity: the right fact, so substring accuracy
-counts it, but exact match does not, as with instruct models that answer in full sentences until an EM reward
-teaches them to be concise. The observations come from the environment passed in, i.e. from the same tool and the
+without the tool or searches every hop, like an instruct model that under-uses its tools). The observations
+come from the environment passed in, i.e. from the same tool and the
 same framing the RL rollout uses. Turns are produced for all questions in lock-step, one `env.batch_step` per
 turn, so the search backend sees batched queries.
 """
@@ -80,40 +77,30 @@ class ScriptedExpert:
       and an `assistant_prefix` attribute) whose tools include `search`.
     guess_pools: candidate guesses by answer kind (`city`, `country`, `person`, `university`, `company`,
       `year`, ...); a question of kind `choice` guesses between its two compared entities.
-    error_rate: probability of giving up searching and guessing, at each hop or only at the start.
+    guess_rate: probability of giving up searching and guessing, at each hop or only at the start.
     guess_at: "each_hop" or "start" (see the module docstring).
-    verbose_rate: probability that a searched final answer is the last thought's sentence, not the entity.
     seed: seeds the per-question error/guess draws (each question's draws depend only on seed and its id).
   """
 
-  def __init__(self, env: Any, guess_pools: Mapping[str, Sequence[str]], *, error_rate: float = 0.0,
-               guess_at: str = "each_hop", verbose_rate: float = 0.0, seed: int = 0):
-    if not 0.0 <= error_rate <= 1.0:
-      raise ValueError(f"error_rate must be in [0, 1], got {error_rate}")
+  def __init__(self, env: Any, guess_pools: Mapping[str, Sequence[str]], *, guess_rate: float = 0.0,
+               guess_at: str = "each_hop", seed: int = 0):
+    if not 0.0 <= guess_rate <= 1.0:
+      raise ValueError(f"guess_rate must be in [0, 1], got {guess_rate}")
     if guess_at not in ("each_hop", "start"):
       raise ValueError(f"guess_at must be 'each_hop' or 'start', got {guess_at!r}")
-    if not 0.0 <= verbose_rate <= 1.0:
-      raise ValueError(f"verbose_rate must be in [0, 1], got {verbose_rate}")
     self.guess_at = guess_at
-    self.verbose_rate = float(verbose_rate)
     self.env = env
     self.guess_pools = {k: list(v) for k, v in guess_pools.items()}
-    self.error_rate = float(error_rate)
+    self.guess_rate = float(guess_rate)
     self.seed = seed
     self.prefix = getattr(env, "assistant_prefix", "") or ""
 
-  def _plan(self, question: Mapping) -> tuple[int, str | None, bool]:
-    """How many hops the expert searches before answering, its guess if it stops early, and whether its
-    answer is verbose (its own draw, so `verbose_rate` leaves the guess draws unchanged)."""
-    verbose = random.Random(f"{self.seed}:{question['id']}:verbose").random() < self.verbose_rate
-    searched, guess = self._plan_search(question)
-    return searched, guess, verbose and guess is None
-
-  def _plan_search(self, question: Mapping) -> tuple[int, str | None]:
+  def _plan(self, question: Mapping) -> tuple[int, str | None]:
+    """How many hops the expert searches before answering, and its guess if it stops early."""
     rng = random.Random(f"{self.seed}:{question['id']}")
     hops = question["hops"]
     for i in range(len(hops) if self.guess_at == "each_hop" else 1):
-      if rng.random() < self.error_rate:
+      if rng.random() < self.guess_rate:
         kind = question.get("answer_kind", "")
         pool = ([h["query"] for h in hops] if kind == "choice" else self.guess_pools.get(kind, []))
         if not pool:
@@ -121,8 +108,7 @@ class ScriptedExpert:
         return i, rng.choice(pool)
     return len(hops), None
 
-  def _turn_text(self, question: Mapping, step: int, searched: int, guess: str | None,
-                 verbose: bool = False) -> tuple[str, bool]:
+  def _turn_text(self, question: Mapping, step: int, searched: int, guess: str | None) -> tuple[str, bool]:
     """The expert's assistant text at `step` (0-based) and whether it is the final turn."""
     hops = question["hops"]
     known = (f"{_phrase(hops[step - 1]['relation'], hops[step - 1]['query'], capital=True)} is "
@@ -135,8 +121,7 @@ class ScriptedExpert:
       thought = (f"{known} " if known else "") + f"I will guess {guess}."
       return f"<think>{thought}</think>\n<answer>{guess}</answer>{_IM_END}", True
     thought = known + (f" {question['final_thought']}" if question.get("final_thought") else "")
-    answer = thought.strip() if verbose else question["answers"][0]
-    return f"<think>{thought}</think>\n<answer>{answer}</answer>{_IM_END}", True
+    return f"<think>{thought}</think>\n<answer>{question['answers'][0]}</answer>{_IM_END}", True
 
   def action_texts(self, question: Mapping) -> list[str]:
     """The assistant turns of a perfect episode (no env needed; used to train the tokenizer)."""
@@ -182,7 +167,7 @@ class ScriptedExpert:
       active = calls
       step += 1
     out = []
-    for q, (_, guess, _), segs, ok in zip(questions, plans, segments, grounded):
+    for q, (_, guess), segs, ok in zip(questions, plans, segments, grounded):
       final_text = segs[-1][0]
       answer = final_text[final_text.index("<answer>") + len("<answer>"):final_text.index("</answer>")]
       out.append(Trajectory(question=dict(q), segments=segs, answer=answer, guessed=guess is not None,

@@ -48,7 +48,7 @@ def fresh_world_configs(config: WorldConfig, count: int, *, num_questions: int =
   from each other, each with `num_questions` training questions of `config`'s hop mix."""
   if not isinstance(count, int) or count < 0:
     raise ValueError(f"the number of fresh worlds must be an integer >= 0, got {count!r}")
-  return [dataclasses.replace(config, seed=config.seed + seed_offset + k, fact_seed=None, num_train=num_questions,
+  return [dataclasses.replace(config, seed=config.seed + seed_offset + k, num_train=num_questions,
                               num_validation=0, num_test=0) for k in range(1, count + 1)]
 
 

@@ -91,15 +91,12 @@ class WorldConfig:
 
   Attributes:
     seed: the only source of randomness; same config -> byte-identical world.
-    fact_seed: when set, the relations (who directed what, who was born where, ...) are drawn from this seed
-      instead, so worlds with the same `seed` and different `fact_seed`s have the same names with other facts.
     num_*: entity counts per kind (universities are "University of <city>", so at most `num_cities`).
     num_train, num_validation, num_test: questions per split.
     hop_mix: fraction of questions of each kind (bridge / compositional / comparison); normalised.
     entity_split: fractions of each anchor kind's entities reserved for train / validation / test questions.
   """
   seed: int = 0
-  fact_seed: int | None = None
   num_countries: int = 10
   num_cities: int = 60
   num_people: int = 240
@@ -159,14 +156,9 @@ class WorldConfig:
     for field in ("num_train", "num_validation", "num_test"):
       if getattr(self, field) < 0:
         raise ValueError(f"{field} must be >= 0")
-    if self.fact_seed is not None and not isinstance(self.fact_seed, int):
-      raise ValueError(f"fact_seed must be an integer or None, got {self.fact_seed!r}")
 
   def to_dict(self) -> dict:
-    fields = dataclasses.asdict(self)
-    if fields["fact_seed"] is None:  # worlds from before the knob keep their cache keys
-      del fields["fact_seed"]
-    return {"generator_version": GENERATOR_VERSION, **fields}
+    return {"generator_version": GENERATOR_VERSION, **dataclasses.asdict(self)}
 
   def cache_key(self) -> str:
     """A short stable hash of every generation parameter (and the generator version)."""
@@ -220,9 +212,8 @@ def _unique_names(rng: random.Random, count: int, build, *pools: Sequence[str]) 
   return [build(*c) for c in rng.sample(combos, count)]
 
 
-def _build_entities(config: WorldConfig, rng: random.Random, fact_rng: random.Random) -> dict[str, list[Entity]]:
-  """Samples names (from `rng`) and relations (from `fact_rng`); returns entities grouped by kind, in generation
-  order."""
+def _build_entities(config: WorldConfig, rng: random.Random) -> dict[str, list[Entity]]:
+  """Samples names, then relations; returns entities grouped by kind, in generation order."""
   countries = _unique_names(rng, config.num_countries, lambda x: x, names.COUNTRIES)
   cities = _unique_names(rng, config.num_cities, lambda p, s: p + s, names.CITY_PREFIXES, names.CITY_SUFFIXES)
   people = _unique_names(rng, config.num_people, lambda f, l: f"{f} {l}", names.FIRST_NAMES, names.LAST_NAMES)
@@ -234,7 +225,7 @@ def _build_entities(config: WorldConfig, rng: random.Random, fact_rng: random.Ra
 
   # Every country gets at least one city (its capital); the rest are spread at random.
   city_country = {c: countries[i] for i, c in enumerate(cities[: len(countries)])}
-  city_country.update({c: fact_rng.choice(countries) for c in cities[len(countries):]})
+  city_country.update({c: rng.choice(countries) for c in cities[len(countries):]})
   capitals = {countries[i]: cities[i] for i in range(len(countries))}
 
   out: dict[str, list[Entity]] = {}
@@ -243,9 +234,9 @@ def _build_entities(config: WorldConfig, rng: random.Random, fact_rng: random.Ra
                                     "is_capital": "yes" if capitals[city_country[c]] == c else "no"})
                  for c in cities]
   out["university"] = [Entity(u, "university", {"city": u[len("University of "):],
-                                                "founding_year": str(fact_rng.randint(1700, 1950))})
+                                                "founding_year": str(rng.randint(1700, 1950))})
                        for u in universities]
-  r = fact_rng
+  r = rng
   out["company"] = [Entity(c, "company", {"founder": r.choice(people), "founding_year": str(r.randint(1850, 1999)),
                                           "headquarters": r.choice(cities)}) for c in companies]
   out["person"] = [Entity(p, "person", {"birthplace": r.choice(cities), "birth_year": str(r.randint(1900, 1979)),
@@ -338,9 +329,7 @@ def generate_world(config: WorldConfig | None = None) -> World:
   config = config or WorldConfig()
   config.validate()
   rng = random.Random(config.seed)
-  # One stream for everything unless fact_seed is set (then existing worlds are unchanged byte for byte).
-  fact_rng = rng if config.fact_seed is None else random.Random(f"facts:{config.fact_seed}")
-  by_kind = _build_entities(config, rng, fact_rng)
+  by_kind = _build_entities(config, rng)
   entities = {e.name: e for group in by_kind.values() for e in group}
   if len(entities) != sum(len(g) for g in by_kind.values()):
     raise AssertionError("entity names collided across kinds")  # pools are disjoint; a guard for edits
