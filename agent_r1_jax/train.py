@@ -30,13 +30,14 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   config = _CONFIG.value
   if config.dry_run:  # before any backend exists: XLA reads its flags once
+    # After flag parsing: only a dry run sets this XLA flag.
     from agent_r1_jax.trainer.dry_run import use_memory_scheduler  # pylint: disable=import-outside-toplevel
     use_memory_scheduler()
-  from agent_r1_jax.distributed import maybe_initialize  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.distributed import maybe_initialize  # pylint: disable=import-outside-toplevel  (after flags)
   maybe_initialize()  # multi-host pods: before anything touches a JAX backend; a no-op for one process
   if not config.dry_run and not _WORKDIR.value:
     raise app.UsageError("--workdir is required (a directory for metrics, checkpoints and the HF export)")
-  from agent_r1_jax.trainer.loop import train  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.trainer.loop import train  # pylint: disable=import-outside-toplevel  (after maybe_initialize)
   try:
     train(config, _WORKDIR.value)
   except ValueError as e:  # a user-fixable problem: one message, no traceback (AGENT_R1_DEBUG=1 shows it)

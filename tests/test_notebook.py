@@ -95,7 +95,7 @@ def test_notebook_covers_world_training_and_plots(notebook):
   # The notebook reads the sample records' fields the trainer writes.
   tree = ast.parse("\n".join(_python_only(source) for source in _code_cells(notebook)))
   keys = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-  from agent_r1_jax.trainer.evaluation import EpisodeRecord  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.rollout.evaluation import EpisodeRecord  # pylint: disable=import-outside-toplevel
   for field in ("question", "answers", "num_turns", "num_tool_calls", "scores", "segments"):
     assert field in keys and field in EpisodeRecord.__dataclass_fields__, field
 

@@ -8,10 +8,9 @@ import sys
 
 import pytest
 
-from agent_r1_jax import paths
+from agent_r1_jax import paths, trainer
 from agent_r1_jax.evaluation import pipeline
 from agent_r1_jax.experiments import paper_tables
-from agent_r1_jax.trainer import loop
 
 # The tiny preset shrunk to seconds: a 1-layer 32-wide model, a small world, a 2-step warm-up without the
 # drill and the fresh worlds, 2 RL steps of 4 rows.
@@ -75,7 +74,7 @@ def test_a_rerun_reuses_every_finished_run_and_evaluation(tables, monkeypatch):
   def refuse(*args, **kwargs):
     raise AssertionError("a finished run or evaluation was repeated")
 
-  monkeypatch.setattr(loop, "train", refuse)
+  monkeypatch.setattr(trainer, "train", refuse)
   monkeypatch.setattr(pipeline, "run", refuse)
   again = paper_tables.run_tables(root, preset="tiny", overrides=MICRO, run_names=RUNS, num_examples=4,
                                   progress=False)

@@ -17,6 +17,8 @@ from typing import Iterable, Mapping, Sequence
 
 from absl import app, flags
 
+from agent_r1_jax.data import tfds_store
+
 
 def corpus_rows(examples: Iterable[Mapping]) -> list[dict[str, str]]:
   """Distinct context paragraphs of `examples` as Search-R1 corpus rows."""
@@ -50,7 +52,6 @@ def write_corpus(examples: Iterable[Mapping], output: str | pathlib.Path) -> int
 def build_from_prepared(data_dir: str | pathlib.Path, splits: Sequence[str], output: str | pathlib.Path, *,
                         dataset_name: str = "multihopqa") -> int:
   """Corpus of the contexts of prepared `splits` of `dataset_name` under `data_dir`."""
-  from agent_r1_jax.data import tfds_store  # pylint: disable=import-outside-toplevel
 
   def examples():
     for split in splits:

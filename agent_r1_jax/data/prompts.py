@@ -91,6 +91,7 @@ def encode_prompt(tokenizer: Any, prompt_text: str) -> list[int]:
 
 def search_tool_schema() -> dict[str, Any]:
   """The schema `WikiSearchTool` exposes (`search(query)`), without building a retriever behind it."""
+  # Lazy: tools imports bm25s, which starts a JAX backend at import; trainer.config imports this module.
   from agent_r1_jax.tools import WikiSearchTool  # pylint: disable=import-outside-toplevel
   return {"type": "function", "function": {"name": WikiSearchTool.name, "description": WikiSearchTool.description,
                                            "parameters": WikiSearchTool.parameters}}

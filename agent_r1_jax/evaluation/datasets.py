@@ -15,8 +15,12 @@ from typing import Any, Mapping, Sequence
 
 from ml_collections import config_dict
 
+from agent_r1_jax.data import tfds_store
+from agent_r1_jax.data.prepare_multihopqa import DATASET_NAME
 from agent_r1_jax.data.synthetic.reading import DATA_SOURCE as SYNTHETIC_ONE_HOP_SOURCE
-from agent_r1_jax.trainer.task import SYNTHETIC_SOURCE
+from agent_r1_jax.data.synthetic.reading import held_out_one_hop
+from agent_r1_jax.data.synthetic.world import example_row
+from agent_r1_jax.trainer import SYNTHETIC_SOURCE
 
 MULTIHOPQA_SOURCES = ("hotpotqa", "2wikimultihopqa", "musique")
 SYNTHETIC_SOURCES = (SYNTHETIC_SOURCE, SYNTHETIC_ONE_HOP_SOURCE)
@@ -28,8 +32,6 @@ def available_datasets(c: config_dict.ConfigDict) -> list[str]:
   """The evaluation sets of the config's task that exist on disk."""
   if c.data.source == "synthetic":
     return list(SYNTHETIC_SOURCES)
-  from agent_r1_jax.data import tfds_store  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.data.prepare_multihopqa import DATASET_NAME  # pylint: disable=import-outside-toplevel
   if not c.data.prepared_dir:
     return []
   splits = tfds_store.list_splits(pathlib.Path(c.data.prepared_dir), DATASET_NAME)
@@ -76,8 +78,6 @@ def load_datasets(task: Any, names: Sequence[str]) -> dict[str, Sequence[Mapping
   out = {}
   for name in names:
     if name == SYNTHETIC_ONE_HOP_SOURCE:
-      from agent_r1_jax.data.synthetic.reading import held_out_one_hop  # pylint: disable=import-outside-toplevel
-      from agent_r1_jax.data.synthetic.world import example_row  # pylint: disable=import-outside-toplevel
       files = task.synthetic_files
       out[name] = [example_row(q) for q in held_out_one_hop(files.world(), files.questions("test"))]
     else:

@@ -7,7 +7,7 @@
   no_retrieval    the question alone, no tools, one turn ("No Retrieval").
 
 The single-turn prompts are rendered by `data.rag` (shared with the tiny preset's warm-up). Every method runs
-through `trainer.evaluation.evaluate_examples` (the training rollout driver and the reward registry's scorer).
+through `rollout.evaluation.evaluate_examples` (the training rollout driver and the reward registry's scorer).
 The single-turn methods use a `NousToolEnv` with no tools, so a tool call the policy still
 writes is counted (as a failed call) but retrieves nothing, and `max_turns=1` ends the episode there.
 
@@ -22,9 +22,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ml_collections import config_dict
 
+from agent_r1_jax import trainer
 from agent_r1_jax.data import rag
 from agent_r1_jax.rollout import RolloutConfig
-from agent_r1_jax.trainer import build
 
 _PROMPT_ROUND = 64  # single-turn prompt widths are rounded up to this, so a dataset compiles one prefill shape
 
@@ -68,6 +68,7 @@ def get_methods(names: Sequence[str]) -> list[Method]:
 
 def single_turn_env(c: config_dict.ConfigDict):
   """The training env's format with no tools: a call the policy writes anyway becomes an error observation."""
+  # Lazy: envs imports bm25s, which starts a JAX backend at import; importing the evaluation starts none.
   from agent_r1_jax.envs import NousToolEnv  # pylint: disable=import-outside-toplevel
   return NousToolEnv([], max_tool_response_length=c.env.max_tool_response_length,
                      parallel_tool_calls=c.env.parallel_tool_calls, assistant_prefix=c.env.assistant_prefix)
@@ -93,7 +94,7 @@ def rollout_limits(method: Method, c: config_dict.ConfigDict, tokenizer: Any,
   A single-turn prompt (naive_rag carries passages) may be longer than the training prompt width: its width
   is the longest prompt of the dataset rounded up to 64, at most the context window minus one turn.
   """
-  train = build.rollout_config(c, tokenizer)
+  train = trainer.rollout_config(c, tokenizer)
   if method.tools:
     return train
   turn = c.rollout.max_new_tokens_per_turn

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import pathlib
 
+from agent_r1_jax import trainer
 from agent_r1_jax.evaluation import datasets as datasets_lib
 from agent_r1_jax.evaluation import methods as methods_lib
 from agent_r1_jax.evaluation import report, runner
 from agent_r1_jax.evaluation.policy import read_workdir_config
-from agent_r1_jax.trainer import assets, build
-from agent_r1_jax.trainer import config as config_lib
-from agent_r1_jax.trainer import task as task_lib
+
 
 def task_config(config, workdir: str | None, hf_checkpoint: str | None):
   """`config` if given, else the workdir's config.json, else the tiny preset; unlocked, ready to build."""
@@ -23,7 +22,7 @@ def task_config(config, workdir: str | None, hf_checkpoint: str | None):
   elif workdir:
     c = read_workdir_config(workdir)
   else:
-    c = config_lib.base_config("grpo", "tiny")
+    c = trainer.base_config("grpo", "tiny")
   with c.unlocked():
     c.dry_run = False
     if hf_checkpoint and not c.model.tokenizer_path and not c.model.path and c.data.source != "synthetic":
@@ -42,12 +41,12 @@ def run(*, workdir: str | None, hf_checkpoint: str | None, base_hf_checkpoint: s
     raise ValueError("give exactly one of --workdir (a training run) or --hf_checkpoint (a Hugging Face directory)")
   chosen = methods_lib.get_methods(methods)
   c = task_config(config, workdir, hf_checkpoint)
-  assets.resolve(c)
-  config_lib.validate(c)
+  trainer.resolve_assets(c)
+  trainer.validate_config(c)
   names = datasets_lib.select_datasets(c, datasets)
-  task = task_lib.build_task(c)
+  task = trainer.build_task(c)
   sets = datasets_lib.load_datasets(task, names)
-  mesh = build.build_mesh(c)
+  mesh = trainer.build_mesh(c)
   base_dir = base_hf_checkpoint
   if hf_checkpoint and not base_dir and c.model.path and pathlib.Path(c.model.path) != pathlib.Path(hf_checkpoint):
     base_dir = c.model.path

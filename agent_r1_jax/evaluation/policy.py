@@ -2,10 +2,10 @@
 
 A `Policy` is what the rollout driver needs from a model: the NNX `graphdef`, its parameters (`nnx.State`),
 the architecture, and a factory of samplers for a rollout's limits (built exactly as the trainer builds its
-own, `trainer.build.build_sampler`). Samplers are cached per (graphdef, cache length), so two policies of
+own, `trainer.build_sampler`). Samplers are cached per (graphdef, cache length), so two policies of
 one architecture (the trained policy and its base) share compiled programs.
 
-From a workdir only the actor's parameters are read (`trainer.actor_checkpoint`, which `--config.init_from`
+From a workdir only the actor's parameters are read (`trainer.restore_actor`, which `--config.init_from`
 uses too); a checkpoint of another architecture raises one `IncompatibleCheckpointError`.
 """
 
@@ -20,9 +20,8 @@ from ml_collections import config_dict
 
 from agent_r1_jax.models import Qwen2Config, load_hf_checkpoint
 from agent_r1_jax.rollout import RolloutConfig
-from agent_r1_jax.trainer import build
-from agent_r1_jax.trainer.actor_checkpoint import checkpoint_steps, read_workdir_config, restore_actor
-from agent_r1_jax.trainer.checkpointing import IncompatibleCheckpointError
+from agent_r1_jax.trainer import (IncompatibleCheckpointError, build_sampler, checkpoint_steps, model_config,
+                                  read_workdir_config, restore_actor)
 
 __all__ = ["Policy", "SamplerCache", "checkpoint_steps", "hf_policy", "read_workdir_config", "restore_actor",
            "workdir_policy"]
@@ -49,7 +48,7 @@ class Policy:
 
 
 class SamplerCache:
-  """`trainer.build.build_sampler` per (graphdef, cache length): one sampler, one set of compiled programs."""
+  """`trainer.build_sampler` per (graphdef, cache length): one sampler, one set of compiled programs."""
 
   def __init__(self, c: config_dict.ConfigDict, tokenizer: Any, mesh: Any):
     self._c, self._tokenizer, self._mesh = c, tokenizer, mesh
@@ -59,7 +58,7 @@ class SamplerCache:
     def make(rcfg: RolloutConfig) -> Any:
       key = (graphdef, rcfg.cache_length)
       if key not in self._samplers:
-        self._samplers[key] = build.build_sampler(self._c, graphdef, self._tokenizer, rcfg, self._mesh)
+        self._samplers[key] = build_sampler(self._c, graphdef, self._tokenizer, rcfg, self._mesh)
       return self._samplers[key]
     return make
 
@@ -67,7 +66,7 @@ class SamplerCache:
 def workdir_policy(workdir: str | pathlib.Path, c: config_dict.ConfigDict, tokenizer: Any, mesh: Any,
                    samplers: SamplerCache, step: int | None = None) -> Policy:
   """The trained actor of a workdir (latest checkpoint unless `step`)."""
-  arch = build.model_config(c, vocab_size=len(tokenizer))
+  arch = model_config(c, vocab_size=len(tokenizer))
   graphdef, params, step = restore_actor(workdir, c, arch, mesh, step)
   return Policy(name=f"{pathlib.Path(workdir)} step {step}", graphdef=graphdef, params=params, arch=arch,
                 make_sampler=samplers.factory(graphdef))

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from agent_r1_jax.evaluation.methods import METHODS
 from agent_r1_jax.rollout import EpisodeStop
-from agent_r1_jax.trainer.evaluation import ACTION, OBSERVATION, EpisodeRecord
+from agent_r1_jax.rollout.evaluation import ACTION, OBSERVATION, EpisodeRecord
 
 DETAIL_METRICS = ("em", "f1", "substring_acc", "format", "score", "turns", "tool_calls", "tool_error_rate",
                   "num_examples")

@@ -15,8 +15,8 @@ from ml_collections import config_dict
 
 from agent_r1_jax.evaluation import methods as methods_lib
 from agent_r1_jax.evaluation.policy import Policy, SamplerCache, checkpoint_steps, hf_policy, workdir_policy
+from agent_r1_jax.rollout import evaluation
 from agent_r1_jax.sampling import SamplingParams
-from agent_r1_jax.trainer import evaluation
 
 
 @dataclasses.dataclass
@@ -33,7 +33,7 @@ def evaluate_methods(task: Any, c: config_dict.ConfigDict, policy: Policy, base_
   """Every method on the first `num_examples` examples of every dataset.
 
   Args:
-    task: the `trainer.task.Task` (tokenizer, env, render).
+    task: the `trainer.Task` (tokenizer, env, render).
     c: the run's config (rollout limits, env options, reward style).
     policy: the evaluated policy (agent, naive_rag, no_retrieval).
     base_policy: the untrained model of base_tool_call (required when that method is asked for).
@@ -45,7 +45,7 @@ def evaluate_methods(task: Any, c: config_dict.ConfigDict, policy: Policy, base_
     sampling: default greedy.
 
   Returns:
-    The summaries (see `trainer.evaluation.summarize`) and the scored records.
+    The summaries (see `rollout.evaluation.summarize`) and the scored records.
   """
   chosen = methods_lib.get_methods(method_names)
   if any(m.base_model for m in chosen) and base_policy is None:

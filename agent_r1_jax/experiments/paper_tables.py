@@ -39,13 +39,9 @@ from absl import app, flags
 from ml_collections import config_dict, config_flags
 from tqdm import tqdm
 
-from agent_r1_jax import paths
+from agent_r1_jax import paths, trainer
 from agent_r1_jax.evaluation import pipeline
 from agent_r1_jax.evaluation.report import DATASET_LABELS
-from agent_r1_jax.trainer import actor_checkpoint, build, loop
-from agent_r1_jax.trainer import config as config_lib
-from agent_r1_jax.trainer import task as task_lib
-from agent_r1_jax.trainer.metrics import read_metrics
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", str(paths.REPO_ROOT / "configs" / "grpo_multihopqa.py"),
@@ -99,7 +95,7 @@ def user_overrides(argv: Sequence[str], flag_config: config_dict.ConfigDict) -> 
 
 def run_config(algorithm: str, preset: str, overrides: Mapping[str, Any]) -> config_dict.ConfigDict:
   """`base_config(algorithm, preset)` with `overrides` ({dotted field: value}) applied."""
-  c = config_lib.base_config(algorithm, preset)
+  c = trainer.base_config(algorithm, preset)
   c.update_from_flattened_dict(dict(overrides))
   return c
 
@@ -115,9 +111,9 @@ def params_sha256(tree: Any) -> str:
 
 def step0_sha256(workdir: pathlib.Path) -> str:
   """The hash of the actor in `workdir`'s step-0 checkpoint (the policy RL started from)."""
-  c = actor_checkpoint.read_workdir_config(workdir)
-  arch = build.model_config(c, vocab_size=len(task_lib.build_task(c).tokenizer))
-  return params_sha256(actor_checkpoint.restore_actor(workdir, c, arch, build.build_mesh(c), step=0)[1])
+  c = trainer.read_workdir_config(workdir)
+  arch = trainer.model_config(c, vocab_size=len(trainer.build_task(c).tokenizer))
+  return params_sha256(trainer.restore_actor(workdir, c, arch, trainer.build_mesh(c), step=0)[1])
 
 
 def train_once(c: config_dict.ConfigDict, workdir: pathlib.Path) -> dict[str, Any]:
@@ -125,7 +121,7 @@ def train_once(c: config_dict.ConfigDict, workdir: pathlib.Path) -> dict[str, An
   if (workdir / "summary.json").is_file():
     return {"reused": True}
   t0 = time.perf_counter()
-  result = loop.train(c, workdir)
+  result = trainer.train(c, workdir)
   if result.preempted:
     raise SystemExit(f"{workdir} was interrupted (SIGTERM) at step {result.step}; rerun to resume")
   return {"reused": False, "train_seconds": time.perf_counter() - t0}
@@ -186,8 +182,8 @@ def plot_em_curves(results: Mapping[str, Any], workdir: pathlib.Path, specs: Seq
   curves.axhline(results["baselines"]["base_tool_call"]["avg_em"], color="gray", linestyle=":",
                  label="warm-up policy (held-out)")
   for s in specs:
-    rows = [r for r in read_metrics(workdir / "runs" / s.name) if any(k.startswith("eval/") and k.endswith("/em")
-                                                                        for k in r)]
+    rows = [r for r in trainer.read_metrics(workdir / "runs" / s.name)
+            if any(k.startswith("eval/") and k.endswith("/em") for k in r)]
     curves.plot([r["step"] for r in rows], [_mean_eval_em(r) for r in rows], marker="o", label=s.label,
                 linestyle="-" if s.table == 3 else "--")
   curves.set(xlabel="RL step", ylabel="validation EM (greedy)", ylim=(0.0, 1.02),

@@ -22,7 +22,10 @@ from typing import Sequence
 
 import numpy as np
 
+from agent_r1_jax.retrieval.bm25 import BM25Index
 from agent_r1_jax.retrieval.corpus import Passage, corpus_hash, load_corpus
+from agent_r1_jax.retrieval.encoders import HFEncoder
+from agent_r1_jax.retrieval.scann_index import ScannConfig, ScannIndex
 
 
 def embed_corpus(passages: Sequence[Passage], encoder, out_path: str | os.PathLike[str], *,
@@ -43,8 +46,6 @@ def build_dense(corpus_path: str, out_dir: str, encoder_path: str, encoder_kind:
                 max_length: int = 256, batch_size: int = 64, device: str = "cpu", scann_config=None,
                 show_progress: bool = True):
   """Embeds the corpus and writes a ScaNN index directory; returns the `ScannIndex`."""
-  from agent_r1_jax.retrieval.encoders import HFEncoder  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.retrieval.scann_index import ScannIndex  # pylint: disable=import-outside-toplevel
   passages = load_corpus(corpus_path)
   encoder = HFEncoder(encoder_path, encoder_kind, max_length=max_length, batch_size=batch_size, device=device)
   out = pathlib.Path(out_dir)
@@ -59,7 +60,6 @@ def build_dense(corpus_path: str, out_dir: str, encoder_path: str, encoder_kind:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  from agent_r1_jax.retrieval.scann_index import ScannConfig  # pylint: disable=import-outside-toplevel
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--corpus", required=True, help="JSONL corpus (FlashRAG contents or title/text rows)")
   parser.add_argument("--out", required=True, help="output directory")
@@ -77,7 +77,6 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--b", type=float, default=0.4, help="BM25 b")
   args = parser.parse_args(argv)
   if args.kind == "bm25":
-    from agent_r1_jax.retrieval.bm25 import BM25Index  # pylint: disable=import-outside-toplevel
     BM25Index(load_corpus(args.corpus), k1=args.k1, b=args.b).save(args.out)
     print(f"wrote BM25 index to {args.out}")
     return 0

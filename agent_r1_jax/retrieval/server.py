@@ -20,6 +20,7 @@ Requests are size-checked: body bytes (413), number of queries, characters per q
 from __future__ import annotations
 
 import argparse
+import pathlib
 import sys
 from typing import Any, Sequence
 
@@ -28,6 +29,9 @@ import pydantic
 from fastapi.responses import JSONResponse
 
 from agent_r1_jax.retrieval.base import Retriever
+from agent_r1_jax.retrieval.bm25 import BM25Index
+from agent_r1_jax.retrieval.corpus import load_corpus
+from agent_r1_jax.retrieval.dense import DenseRetriever
 
 
 class SearchRequest(pydantic.BaseModel):
@@ -97,11 +101,7 @@ def create_app(retriever: Retriever, *, retriever_kind: str, num_passages: int, 
 def load_retriever(corpus: str, index: str | None, *, encoder: str | None = None, encoder_kind: str | None = None,
                    device: str = "cpu") -> tuple[Retriever, str, int]:
   """(retriever, kind, number of passages) for the server's command-line arguments."""
-  import pathlib  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.retrieval.bm25 import BM25Index  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.retrieval.corpus import load_corpus  # pylint: disable=import-outside-toplevel
   if index and (pathlib.Path(index) / "agent_r1_scann.json").is_file():
-    from agent_r1_jax.retrieval.dense import DenseRetriever  # pylint: disable=import-outside-toplevel
     dense = DenseRetriever.load(index, corpus_path=corpus, encoder_path=encoder, encoder_kind=encoder_kind,
                                 device=device)
     return dense, "dense", len(dense.passages)

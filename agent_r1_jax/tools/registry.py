@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from agent_r1_jax.tools.base import BaseTool
+from agent_r1_jax.tools.python_tool import PythonTool
+from agent_r1_jax.tools.wiki_search import WikiSearchTool
 
 ToolFactory = Callable[..., BaseTool]
 _REGISTRY: dict[str, ToolFactory] = {}
@@ -46,12 +48,10 @@ def build_tools(keys: Sequence[str], options: Mapping[str, Mapping[str, Any]] | 
 
 
 def _wiki_search(**options: Any) -> BaseTool:
-  from agent_r1_jax.tools.wiki_search import WikiSearchTool  # pylint: disable=import-outside-toplevel
   return WikiSearchTool.from_config(**options)
 
 
 def _python(**options: Any) -> BaseTool:
-  from agent_r1_jax.tools.python_tool import PythonTool  # pylint: disable=import-outside-toplevel
   return PythonTool(**options)
 
 

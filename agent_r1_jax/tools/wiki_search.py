@@ -14,7 +14,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from agent_r1_jax.retrieval.base import Retriever, check_top_k
-from agent_r1_jax.retrieval.corpus import SearchHit
+from agent_r1_jax.retrieval.bm25 import BM25Index
+from agent_r1_jax.retrieval.client import HttpRetriever
+from agent_r1_jax.retrieval.corpus import SearchHit, load_corpus
+from agent_r1_jax.retrieval.dense import DenseRetriever
 from agent_r1_jax.tools.base import BaseTool, ToolResult
 
 NO_RESULTS = "No results found."
@@ -71,10 +74,7 @@ class WikiSearchTool(BaseTool):
     backend "dense": `index_dir` (a saved ScannIndex), `corpus_path`, `encoder_path` (+ `encoder_kind`).
     backend "http": `url` of a retrieval server (+ `protocol`, `request_timeout_s`).
     """
-    # Imported here so that choosing one backend does not import the others' heavy dependencies.
-    from agent_r1_jax.retrieval.corpus import load_corpus  # pylint: disable=import-outside-toplevel
     if backend == "bm25":
-      from agent_r1_jax.retrieval.bm25 import BM25Index  # pylint: disable=import-outside-toplevel
       if index_dir:
         retriever: Any = BM25Index.load(index_dir, load_corpus(corpus_path) if corpus_path else None)
       elif corpus_path:
@@ -82,13 +82,11 @@ class WikiSearchTool(BaseTool):
       else:
         raise ValueError("wiki_search backend 'bm25' needs corpus_path (JSONL) or index_dir (a saved BM25Index)")
     elif backend == "dense":
-      from agent_r1_jax.retrieval.dense import DenseRetriever  # pylint: disable=import-outside-toplevel
       if not (index_dir and corpus_path and encoder_path):
         raise ValueError("wiki_search backend 'dense' needs index_dir, corpus_path and encoder_path")
       retriever = DenseRetriever.load(index_dir, corpus_path=corpus_path, encoder_path=encoder_path,
                                       encoder_kind=encoder_kind, max_length=encoder_max_length)
     elif backend == "http":
-      from agent_r1_jax.retrieval.client import HttpRetriever  # pylint: disable=import-outside-toplevel
       if not url:
         raise ValueError("wiki_search backend 'http' needs url (e.g. http://127.0.0.1:8000)")
       retriever = HttpRetriever(url, protocol=protocol, timeout_s=request_timeout_s)

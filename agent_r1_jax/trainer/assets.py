@@ -23,6 +23,8 @@ import pathlib
 from ml_collections import config_dict
 
 from agent_r1_jax import paths
+from agent_r1_jax.data import prepare_multihopqa, tfds_store
+from agent_r1_jax.models.convert_gguf import convert_gguf
 
 CORPUS_FILE = "corpus.jsonl"
 SOURCES_FILE = "prepared_from.json"  # the release files a cached dataset was prepared from
@@ -35,7 +37,6 @@ def _source_files(spec: config_dict.ConfigDict) -> dict[str, str | None]:
 
 def _prepared(root: pathlib.Path, spec: config_dict.ConfigDict) -> bool:
   """Whether `root` holds a dataset prepared from exactly `spec`'s files (other files: prepare again)."""
-  from agent_r1_jax.data import tfds_store  # pylint: disable=import-outside-toplevel
   record = root / SOURCES_FILE
   return ((root / CORPUS_FILE).is_file() and bool(tfds_store.list_splits(root, "multihopqa"))
           and record.is_file() and json.loads(record.read_text()) == _source_files(spec))
@@ -45,7 +46,6 @@ def resolve_model(c: config_dict.ConfigDict) -> None:
   """Converts `model.gguf_path` into a checkpoint directory when `model.path` is unset (see module docstring)."""
   if c.model.path or not c.model.get("gguf_path"):
     return
-  from agent_r1_jax.models.convert_gguf import convert_gguf  # pylint: disable=import-outside-toplevel
   gguf = pathlib.Path(c.model.gguf_path).expanduser()
   if not gguf.is_file():
     raise ValueError(f"model.gguf_path={gguf} is not a file; point --config.model.gguf_path at the GGUF "
@@ -62,16 +62,16 @@ def resolve_data(c: config_dict.ConfigDict) -> None:
     return
   if not (spec.hotpotqa_train or spec.hotpotqa_dev):
     return
-  from agent_r1_jax.data.prepare_multihopqa import prepare  # pylint: disable=import-outside-toplevel
   root = paths.cache_dir() / "datasets" / spec.name
   if not _prepared(root, spec):
     missing = [f for f in (spec.hotpotqa_train, spec.hotpotqa_dev) if f and not pathlib.Path(f).is_file()]
     if missing:
       raise ValueError(f"data.prepare names file(s) that do not exist: {missing}; set --config.data.prepare."
                        f"hotpotqa_train / hotpotqa_dev, or --config.data.prepared_dir to a prepared dataset")
-    report = prepare(hotpotqa_train=spec.hotpotqa_train, hotpotqa_dev=spec.hotpotqa_dev, output_dir=root,
-                     train_size=None, overwrite=True, corpus_output=root / CORPUS_FILE, corpus_with_train=True,
-                     drop_dev_overlap=True, seed=c.data.shuffle_seed)
+    report = prepare_multihopqa.prepare(hotpotqa_train=spec.hotpotqa_train, hotpotqa_dev=spec.hotpotqa_dev,
+                                        output_dir=root, train_size=None, overwrite=True,
+                                        corpus_output=root / CORPUS_FILE, corpus_with_train=True,
+                                        drop_dev_overlap=True, seed=c.data.shuffle_seed)
     print("\n".join(report.lines()), flush=True)
     (root / SOURCES_FILE).write_text(json.dumps(_source_files(spec)) + "\n")
   c.data.prepared_dir = str(root)

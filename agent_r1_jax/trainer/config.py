@@ -40,6 +40,7 @@ from agent_r1_jax.data.sources import DATA_SOURCES
 from agent_r1_jax.rewards import known_data_sources
 from agent_r1_jax.rewards.multihopqa import STYLES as REWARD_STYLES
 from agent_r1_jax.trainer.presets import apply_preset
+from agent_r1_jax.trainer.sft import parse_stages
 
 ALGORITHMS: dict[str, dict] = {
     "ppo": dict(adv_estimator="gae", use_critic=True, n_samples=1, kl="reward"),
@@ -233,7 +234,7 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.sft.logits_chunk_size = 0
   c.sft.expert_guess_rate = 0.0                 # the expert guesses instead of searching with this probability
   c.sft.expert_guess_at = "each_hop"            # ... at every hop, or only at the "start" (see synthetic/expert.py)
-  # ... and answers one-hop questions in this many fresh worlds (other names and facts, see
+  # Warm-up also answers one-hop questions in this many fresh worlds (other names and facts, see
   # data.synthetic.reading), `sft.reading_questions` per world: reading practice with nothing to memorise.
   c.sft.reading_worlds = 0
   c.sft.reading_questions = 1000
@@ -331,7 +332,6 @@ def validate(c: config_dict.ConfigDict) -> None:
   if not isinstance(c.sft.logits_chunk_size, int) or c.sft.logits_chunk_size < 0:
     raise ValueError(f"sft.logits_chunk_size must be an integer >= 0 (0: no chunking), got {c.sft.logits_chunk_size!r}")
   if c.sft.enabled:
-    from agent_r1_jax.trainer.sft import parse_stages  # pylint: disable=import-outside-toplevel
     parse_stages(c.sft.stages)
     if c.sft.reading_relations not in READING_RELATIONS:
       raise ValueError(f"sft.reading_relations must be one of {READING_RELATIONS}, got {c.sft.reading_relations!r}")

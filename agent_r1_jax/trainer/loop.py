@@ -31,13 +31,13 @@ from agent_r1_jax import rl
 from agent_r1_jax.data.loader import example_iterator
 from agent_r1_jax.models import save_hf_checkpoint
 from agent_r1_jax.models.sharding import place as place_on_mesh
-from agent_r1_jax.rollout import run_episodes
+from agent_r1_jax.rollout import evaluation, run_episodes
 from agent_r1_jax.sampling import SamplingParams
 from agent_r1_jax.sampling.multihost import agreed_max
 from agent_r1_jax.trainer import actor_checkpoint, assets, backend, build
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import dry_run as dry_run_lib
-from agent_r1_jax.trainer import evaluation, learner as learner_lib, reporting, sft as sft_lib, task as task_lib
+from agent_r1_jax.trainer import learner as learner_lib, reporting, sft as sft_lib, task as task_lib
 from agent_r1_jax.trainer import warmup as warmup_lib
 from agent_r1_jax.trainer.checkpointing import Checkpointer, Preemption
 from agent_r1_jax.trainer.metrics import MetricsWriter

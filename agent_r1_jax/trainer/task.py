@@ -17,7 +17,9 @@ from typing import Any, Mapping, Sequence
 
 from ml_collections import config_dict
 
-from agent_r1_jax.data import prompts
+from agent_r1_jax.data import prompts, tfds_store
+from agent_r1_jax.data.synthetic.builder import prepare_synthetic_world
+from agent_r1_jax.data.synthetic.world import WorldConfig
 
 SYNTHETIC_SOURCE = "synthetic_multihop"
 
@@ -50,6 +52,7 @@ class Task:
 
 
 def _env_from_tools(tools: list, c: config_dict.ConfigDict):
+  # Lazy: bm25s starts a JAX backend at import, and the trainer is imported before jax.distributed.initialize.
   from agent_r1_jax.envs import NousToolEnv  # pylint: disable=import-outside-toplevel
   return NousToolEnv(tools, max_tool_response_length=c.env.max_tool_response_length,
                      parallel_tool_calls=c.env.parallel_tool_calls, assistant_prefix=c.env.assistant_prefix)
@@ -65,14 +68,12 @@ def tool_options(c: config_dict.ConfigDict, default_corpus: str | None = None) -
 
 def synthetic_env(c: config_dict.ConfigDict, files: Any):
   """The run's tool environment (`c.tool`, `c.env`) over a prepared synthetic world's corpus."""
+  # Lazy: bm25s starts a JAX backend at import, and the trainer is imported before jax.distributed.initialize.
   from agent_r1_jax.tools import build_tools  # pylint: disable=import-outside-toplevel
   return _env_from_tools(build_tools(list(c.tool.tools), tool_options(c, default_corpus=str(files.corpus_path))), c)
 
 
 def _synthetic_task(c: config_dict.ConfigDict) -> Task:
-  from agent_r1_jax.data.synthetic.builder import prepare_synthetic_world  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.data.synthetic.world import WorldConfig  # pylint: disable=import-outside-toplevel
-
   files = prepare_synthetic_world(WorldConfig.create(**c.data.synthetic.to_dict()))
   tokenizer = _load_tokenizer(c.model.tokenizer_path or str(files.tokenizer_dir))
   return Task(tokenizer=tokenizer, env=synthetic_env(c, files), train=files.examples("train"),
@@ -82,7 +83,7 @@ def _synthetic_task(c: config_dict.ConfigDict) -> Task:
 
 
 def _multihopqa_task(c: config_dict.ConfigDict) -> Task:
-  from agent_r1_jax.data import tfds_store  # pylint: disable=import-outside-toplevel
+  # Lazy: bm25s starts a JAX backend at import, and the trainer is imported before jax.distributed.initialize.
   from agent_r1_jax.tools import build_tools  # pylint: disable=import-outside-toplevel
 
   root = pathlib.Path(c.data.prepared_dir)

@@ -14,6 +14,12 @@ from typing import Any, Sequence
 
 from ml_collections import config_dict
 
+from agent_r1_jax.data.sft import tokenize_trajectory
+from agent_r1_jax.data.supporting_facts_expert import supporting_facts_trajectories
+from agent_r1_jax.data.synthetic import expert_trajectories, held_out_entities, sft_examples
+from agent_r1_jax.data.synthetic.copy_drill import copy_drill_examples
+from agent_r1_jax.data.synthetic.reading import (multi_hop_reading, naive_rag_examples, one_hop_trajectories,
+                                                 task_relation_mix)
 from agent_r1_jax.trainer import sft as sft_lib
 
 
@@ -51,8 +57,6 @@ def warmup_data(c: config_dict.ConfigDict, task: Any, stages: Sequence[sft_lib.S
 
 def real_examples(task: Any, *, verbose: bool) -> list:
   """Tokenized supporting-facts expert episodes on the train split (searches through the run's own env)."""
-  from agent_r1_jax.data.sft import tokenize_trajectory  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.data.supporting_facts_expert import supporting_facts_trajectories  # pylint: disable=import-outside-toplevel
   trajectories = supporting_facts_trajectories(list(task.train), task.env)
   if verbose:
     print(f"supervised warm-up: {len(trajectories)} grounded expert episodes from {len(task.train)} train "
@@ -63,10 +67,6 @@ def real_examples(task: Any, *, verbose: bool) -> list:
 
 def synthetic_examples(c: config_dict.ConfigDict, task: Any) -> tuple[list, list, list]:
   """(tool-loop SFT examples, naive-RAG SFT examples, multi-hop reading examples) of the synthetic task."""
-  from agent_r1_jax.data.synthetic import (  # pylint: disable=import-outside-toplevel
-      expert_trajectories, held_out_entities, sft_examples)
-  from agent_r1_jax.data.synthetic.reading import (  # pylint: disable=import-outside-toplevel
-      multi_hop_reading, naive_rag_examples, one_hop_trajectories, task_relation_mix)
   files, tok = task.synthetic_files, task.tokenizer
   held_out = held_out_entities(files)
 
@@ -96,7 +96,6 @@ def synthetic_examples(c: config_dict.ConfigDict, task: Any) -> tuple[list, list
 
 def copy_drill(c: config_dict.ConfigDict, task: Any, count: int) -> list:
   """`count` copy-drill examples (`data.synthetic.copy_drill`)."""
-  from agent_r1_jax.data.synthetic.copy_drill import copy_drill_examples  # pylint: disable=import-outside-toplevel
   if not count:
     return []
   return copy_drill_examples(task.tokenizer, count, seed=c.seed, tool_schemas=task.prompt_tool_schemas)

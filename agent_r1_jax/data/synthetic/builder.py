@@ -84,6 +84,7 @@ def _write_jsonl(path: pathlib.Path, rows: Sequence[dict]) -> None:
 
 
 def _search_tool(corpus_path: pathlib.Path, top_k: int):
+  # Lazy: these import bm25s, which starts a JAX backend at import; the trainer imports this module.
   from agent_r1_jax.retrieval import BM25Index, load_corpus  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.tools import WikiSearchTool  # pylint: disable=import-outside-toplevel
   return WikiSearchTool(BM25Index(load_corpus(str(corpus_path))), top_k=top_k)
@@ -92,6 +93,7 @@ def _search_tool(corpus_path: pathlib.Path, top_k: int):
 def make_search_env(files: SyntheticWorldFiles, *, top_k: int = DEFAULT_TOP_K,
                     max_tool_response_length: int = 2048, assistant_prefix: str = "") -> Any:
   """A `NousToolEnv` with the `search` tool over BM25 of the world's corpus."""
+  # Lazy: envs imports bm25s, which starts a JAX backend at import; the trainer imports this module.
   from agent_r1_jax.envs import NousToolEnv  # pylint: disable=import-outside-toplevel
   return NousToolEnv([_search_tool(files.corpus_path, top_k)], max_tool_response_length=max_tool_response_length,
                      assistant_prefix=assistant_prefix)
@@ -99,6 +101,7 @@ def make_search_env(files: SyntheticWorldFiles, *, top_k: int = DEFAULT_TOP_K,
 
 def _tokenizer_texts(world: World, tool_schemas: list[dict]) -> Iterator[str]:
   """Training text for the BPE: passages (raw and as search results), train questions, prompts, expert turns."""
+  # Lazy: these import bm25s, which starts a JAX backend at import; the trainer imports this module.
   from agent_r1_jax.retrieval import Passage, SearchHit  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.tools import format_hits  # pylint: disable=import-outside-toplevel
 

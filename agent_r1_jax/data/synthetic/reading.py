@@ -135,6 +135,7 @@ def search_env_over(world: World, *, top_k: int, max_tool_response_length: int, 
   The passages go through the same corpus rows and parser as a world's `corpus.jsonl`, so the index holds
   exactly what `make_search_env` would load from disk.
   """
+  # Lazy: these import bm25s, which starts a JAX backend at import; the trainer imports this module.
   from agent_r1_jax.envs import NousToolEnv  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.retrieval import BM25Index  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.retrieval.corpus import passages_from_rows  # pylint: disable=import-outside-toplevel
