@@ -29,8 +29,12 @@ from agent_r1_jax.rl import recurrences
 from agent_r1_jax.rl.recurrences import ScanMethod
 
 
-def _row_scores(token_level_rewards: jax.Array, m: jax.Array) -> jax.Array:
-  return masked.masked_sum(jnp.asarray(token_level_rewards, jnp.float32), m, axis=-1)
+def _scores_in_groups(token_level_rewards: jax.Array, action_mask: jax.Array, group_ids: jax.Array):
+  """`(m, s, stats)`: the float mask `[B, T]`, each row's score `s_i = sum_t r_it m_it` `[B]`, and the
+  statistics of each row's group (`groups.group_stats`: size, mean, unbiased std, broadcast to rows)."""
+  m = masked.as_float_mask(action_mask)
+  scores = masked.masked_sum(jnp.asarray(token_level_rewards, jnp.float32), m, axis=-1)
+  return m, scores, groups.group_stats(scores, group_ids)
 
 
 def _broadcast(row_values: jax.Array, m: jax.Array) -> jax.Array:
@@ -90,9 +94,7 @@ def compute_grpo(token_level_rewards: jax.Array, action_mask: jax.Array, group_i
   Returns:
     float32 `[B, T]` advantages.
   """
-  m = masked.as_float_mask(action_mask)
-  scores = _row_scores(token_level_rewards, m)
-  stats = groups.group_stats(scores, group_ids)
+  m, scores, stats = _scores_in_groups(token_level_rewards, action_mask, group_ids)
   single = stats.size <= 1.0
   mean = jnp.where(single, 0.0, stats.mean)
   row_adv = scores - mean
@@ -137,9 +139,7 @@ def compute_reinforce_pp_baseline(token_level_rewards: jax.Array, action_mask: j
   Returns:
     float32 `[B, T]` advantages.
   """
-  m = masked.as_float_mask(action_mask)
-  scores = _row_scores(token_level_rewards, m)
-  stats = groups.group_stats(scores, group_ids)
+  m, scores, stats = _scores_in_groups(token_level_rewards, action_mask, group_ids)
   mean = jnp.where(stats.size <= 1.0, 0.0, stats.mean)
   return masked.masked_whiten(_broadcast(scores - mean, m), m)
 
@@ -158,9 +158,7 @@ def compute_rloo(token_level_rewards: jax.Array, action_mask: jax.Array, group_i
   Returns:
     float32 `[B, T]` advantages.
   """
-  m = masked.as_float_mask(action_mask)
-  scores = _row_scores(token_level_rewards, m)
-  stats = groups.group_stats(scores, group_ids)
+  m, scores, stats = _scores_in_groups(token_level_rewards, action_mask, group_ids)
   n = stats.size
   scale = n / jnp.maximum(n - 1.0, 1.0)
   row_adv = jnp.where(n > 1.0, scores * scale - stats.mean * scale, scores)
