@@ -366,3 +366,25 @@ def test_copy_stage_trains_on_the_drill_not_on_trajectories(tmp_path):
     after[stage] = float(loss(trainer.state["actor"], trainer.actor_graphdef, batch))
     assert after[stage] < before
   assert after["copy"] < 0.8 * after["all"]
+
+
+def test_validation_reads_what_an_estimator_was_registered_with(monkeypatch):
+  """A registered estimator's needs (group ids, critic values) are checked at validation, not by its name."""
+  from agent_r1_jax import rl
+  from agent_r1_jax.rl import advantages
+  monkeypatch.setattr(advantages, "ADVANTAGE_ESTIMATORS", dict(advantages.ADVANTAGE_ESTIMATORS))
+  monkeypatch.setattr(rl, "ADVANTAGE_ESTIMATORS", advantages.ADVANTAGE_ESTIMATORS)
+  advantages.register_estimator("test_grouped", needs_group_ids=True)(lambda *args: None)
+  advantages.register_estimator("test_valued", needs_values=True)(lambda *args: None)
+  c = config_lib.base_config("grpo")
+  c.algorithm.adv_estimator = "test_grouped"
+  config_lib.validate(c)
+  c.rollout.n_samples = 1
+  c.trainer.batch_size = 40
+  with pytest.raises(ValueError, match="test_grouped compares samples of the same prompt"):
+    config_lib.validate(c)
+  c.algorithm.adv_estimator = "test_valued"
+  with pytest.raises(ValueError, match="needs a critic"):
+    config_lib.validate(c)
+  c.algorithm.use_critic = True
+  config_lib.validate(c)

@@ -314,11 +314,12 @@ def validate(c: config_dict.ConfigDict) -> None:
     raise ValueError("data.source='multihopqa' needs --config.data.prepared_dir (the output folder of "
                      "`python -m agent_r1_jax.data.prepare_multihopqa`)")
   _check_batch_split(c, batch_devices(c, jax.device_count()), jax.process_count())
-  if c.rollout.n_samples < 2 and c.algorithm.adv_estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline"):
-    raise ValueError(f"{c.algorithm.adv_estimator} compares samples of the same prompt: set "
+  estimator = rl.get_estimator(c.algorithm.adv_estimator)  # what it needs, as registered
+  if estimator.needs_group_ids and c.rollout.n_samples < 2:
+    raise ValueError(f"{estimator.name} compares samples of the same prompt: set "
                      f"rollout.n_samples >= 2 (got {c.rollout.n_samples})")
-  if c.algorithm.adv_estimator == "gae" and not c.algorithm.use_critic:
-    raise ValueError("adv_estimator='gae' needs a critic: set algorithm.use_critic=True")
+  if estimator.needs_values and not c.algorithm.use_critic:
+    raise ValueError(f"adv_estimator={estimator.name!r} needs a critic's values: set algorithm.use_critic=True")
   if c.trainer.critic_warmup and not c.algorithm.use_critic:
     raise ValueError(f"trainer.critic_warmup={c.trainer.critic_warmup} freezes the actor while a critic trains, "
                      f"but {c.algorithm.adv_estimator} has no critic: set trainer.critic_warmup=0")
