@@ -50,3 +50,28 @@ def _compilation_cache(tmp_path_factory):
 def _isolated_cache(tmp_path_factory, monkeypatch):
   """Generated artefacts go to a per-session temp folder, never the user's home cache."""
   monkeypatch.setenv("AGENT_R1_CACHE", str(tmp_path_factory.getbasetemp() / "agent_r1_cache"))
+
+
+@pytest.fixture(scope="session")
+def synthetic_world(tmp_path_factory):
+  """`make(**sizes) -> SyntheticWorldFiles`: a generated world of `WorldConfig(**sizes)`, prepared once per
+  session in one cache folder (the same sizes in two test files share the same files)."""
+  from agent_r1_jax.data.synthetic import prepare_synthetic_world  # pylint: disable=import-outside-toplevel  (after XLA_FLAGS)
+  root = tmp_path_factory.mktemp("worlds")
+
+  def make(**sizes):
+    return prepare_synthetic_world(cache_root=root, **sizes)
+  return make
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(shared_data: pathlib.Path):
+  """The real SmolLM2-135M-Instruct tokenizer that transformers builds from the shared GGUF's metadata
+  (vocabulary 49,152; no tool support in its chat template; `<tool_call>` / `</tool_call>` are five ordinary
+  tokens each), read once per session (about 12 s); skips with the reason when the file or `gguf` is absent."""
+  path = shared_data / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+  if not path.is_file():
+    pytest.skip(f"SmolLM2 GGUF not found at {path}")
+  pytest.importorskip("gguf", reason="reading a tokenizer from a GGUF file needs the gguf package")
+  import transformers  # pylint: disable=import-outside-toplevel  (after XLA_FLAGS)
+  return transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)

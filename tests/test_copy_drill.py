@@ -8,15 +8,14 @@ import re
 import numpy as np
 import pytest
 
-from agent_r1_jax.data.synthetic import prepare_synthetic_world
 from agent_r1_jax.data.synthetic.copy_drill import copy_drill_examples, random_names
 
 SMALL = dict(num_train=40, num_validation=10, num_test=10)
 
 
 @pytest.fixture(scope="module")
-def world_files(tmp_path_factory):
-  return prepare_synthetic_world(cache_root=tmp_path_factory.mktemp("worlds"), **SMALL)
+def world_files(synthetic_world):
+  return synthetic_world(**SMALL)
 
 
 @pytest.fixture(scope="module")

@@ -18,28 +18,16 @@ from agent_r1_jax.models import (CheckpointError, ConfigError, KVCache, Qwen2Con
                                  Qwen2ForCausalLM, Qwen2ValueModel, abstract_model, count_params,
                                  load_hf_checkpoint, make_mesh, qwen2_5_0_5b, qwen2_5_1_5b,
                                  qwen2_5_3b, qwen2_5_7b, save_hf_checkpoint)
+from reference_models import random_hf_checkpoint
 
 VOCAB = 96
 
 
-def make_hf_checkpoint(path: pathlib.Path, *, tie: bool, heads: int, kv_heads: int,
-                       hidden: int = 64, layers: int = 2,
-                       seed: int = 0) -> transformers.Qwen2ForCausalLM:
+def make_hf_checkpoint(path: pathlib.Path, *, tie: bool, heads: int, kv_heads: int, hidden: int = 64,
+                       layers: int = 2, seed: int = 0) -> transformers.Qwen2ForCausalLM:
   """A transformers Qwen2 with every weight (biases and norms too) random, saved to `path`."""
-  torch.manual_seed(seed)
-  cfg = transformers.Qwen2Config(
-      vocab_size=VOCAB, hidden_size=hidden, intermediate_size=96, num_hidden_layers=layers,
-      num_attention_heads=heads, num_key_value_heads=kv_heads, tie_word_embeddings=tie,
-      rope_theta=10000.0, rms_norm_eps=1e-5, max_position_embeddings=256)
-  model = transformers.Qwen2ForCausalLM(cfg).eval()
-  with torch.no_grad():
-    for name, p in model.named_parameters():
-      if "norm" in name:
-        p.copy_(1.0 + 0.2 * torch.randn_like(p))
-      else:
-        p.normal_(0.0, 0.08)
-  model.save_pretrained(path)
-  return model
+  return random_hf_checkpoint(path, vocab=VOCAB, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads,
+                              tie=tie, seed=seed)
 
 
 def batch(seed: int = 0, b: int = 3, t: int = 9):

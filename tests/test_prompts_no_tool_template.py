@@ -16,7 +16,6 @@ from agent_r1_jax.data import prompts
 from agent_r1_jax.envs import NousToolEnv
 from scripted_policy import byte_tokenizer
 from agent_r1_jax.tools import BaseTool, ToolResult
-from smollm2_tokenizer import smollm2_tokenizer  # noqa: F401  (fixture)
 
 SCHEMA = {"type": "function",
           "function": {"name": "search", "description": "Search Wikipédia; returns the top passages.",

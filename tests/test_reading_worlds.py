@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from agent_r1_jax.data.synthetic import WorldConfig, generate_world, prepare_synthetic_world
+from agent_r1_jax.data.synthetic import WorldConfig, generate_world
 from agent_r1_jax.data.synthetic.world import RELATION_PHRASES
 from agent_r1_jax.data.synthetic.reading import (fresh_world_configs, held_out_one_hop, multi_hop_reading,
                                                  naive_rag_examples, one_hop_questions, one_hop_trajectories,
@@ -120,9 +120,8 @@ def test_fresh_facts_contradict_the_task_world_so_they_cannot_be_memorised():
 
 
 @pytest.fixture(scope="module")
-def world_files(tmp_path_factory):
-  return prepare_synthetic_world(cache_root=tmp_path_factory.mktemp("worlds"), num_train=50, num_validation=10,
-                                 num_test=10)
+def world_files(synthetic_world):
+  return synthetic_world(num_train=50, num_validation=10, num_test=10)
 
 
 def test_naive_rag_examples_answer_from_passages_in_the_user_turn(world_files):

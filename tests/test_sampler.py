@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-import transformers
 from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +16,7 @@ from agent_r1_jax.sampling import (Sampler, SamplingParams, StopReason, allowed_
                                    compiled_programs, max_logprob_drift, rollout_compile_bound,
                                    sample_tokens)
 import padding
+from reference_models import random_hf_checkpoint
 
 VOCAB = 96
 PAD = 0
@@ -24,20 +24,8 @@ CACHE = 96
 
 
 def make_hf_checkpoint(path, *, vocab=VOCAB, seed=0, std=0.15):
-  torch.manual_seed(seed)
-  cfg = transformers.Qwen2Config(
-      vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False, rope_theta=10000.0,
-      rms_norm_eps=1e-6, max_position_embeddings=512)
-  model = transformers.Qwen2ForCausalLM(cfg).eval()
-  with torch.no_grad():
-    for name, p in model.named_parameters():
-      if "norm" in name:
-        p.copy_(1.0 + 0.1 * torch.randn_like(p))
-      else:
-        p.normal_(0.0, std)
-  model.save_pretrained(path)
-  return model
+  return random_hf_checkpoint(path, vocab=vocab, rms_norm_eps=1e-6, max_positions=512, norm_spread=0.1, std=std,
+                              seed=seed)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from agent_r1_jax.models import (ConfigError, Qwen2Config, count_params, load_hf
 from agent_r1_jax.models import convert_gguf as convert_lib
 from agent_r1_jax.sampling import Sampler, SamplingParams
 import padding
+from reference_models import random_hf_checkpoint
 
 GGUF = pathlib.Path("smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
 IM_START, IM_END = 1, 2
@@ -225,17 +226,7 @@ def test_convert_gguf_bad_input(tmp_path, monkeypatch):
 
 
 def make_tiny_llama(path: pathlib.Path, *, tie: bool, seed: int = 0) -> transformers.LlamaForCausalLM:
-  torch.manual_seed(seed)
-  cfg = transformers.LlamaConfig(
-      vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-      num_key_value_heads=2, tie_word_embeddings=tie, rope_theta=10000.0, rms_norm_eps=1e-5,
-      max_position_embeddings=256, attention_bias=False, mlp_bias=False)
-  model = transformers.LlamaForCausalLM(cfg).eval()
-  with torch.no_grad():
-    for name, p in model.named_parameters():
-      p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm" in name else 0.08 * torch.randn_like(p))
-  model.save_pretrained(path)
-  return model
+  return random_hf_checkpoint(path, architecture="llama", tie=tie, seed=seed)
 
 
 @pytest.mark.parametrize("tie", [True, False])

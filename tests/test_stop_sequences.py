@@ -31,7 +31,6 @@ from scripted_policy import add_token_chain
 from agent_r1_jax.sampling import Sampler, SamplingParams, StopReason
 from agent_r1_jax.sampling import stop_sequences as stops_lib
 import padding
-from smollm2_tokenizer import smollm2_tokenizer  # noqa: F401  (fixture)
 
 PAD = 0
 GREEDY = SamplingParams(greedy=True)

@@ -7,16 +7,14 @@ import json
 import pytest
 import transformers
 
-from agent_r1_jax.data.synthetic import (SPECIAL_TOKENS, TAG_TOKENS, expert_trajectories, make_search_env,
-                                         prepare_synthetic_world)
+from agent_r1_jax.data.synthetic import (SPECIAL_TOKENS, TAG_TOKENS, expert_trajectories, make_search_env)
 from agent_r1_jax.data.synthetic.tokenizer import DEFAULT_SYSTEM_PROMPT, render_chat
 from agent_r1_jax.retrieval import load_corpus
 
 
 @pytest.fixture(scope="module")
-def world_files(tmp_path_factory):
-  return prepare_synthetic_world(cache_root=tmp_path_factory.mktemp("worlds"), num_train=300, num_validation=50,
-                                 num_test=50)
+def world_files(synthetic_world):
+  return synthetic_world(num_train=300, num_validation=50, num_test=50)
 
 
 @pytest.fixture(scope="module")

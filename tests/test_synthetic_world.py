@@ -18,8 +18,8 @@ SMALL = dict(num_train=300, num_validation=200, num_test=200)
 
 
 @pytest.fixture(scope="module")
-def world_files(tmp_path_factory):
-  return prepare_synthetic_world(cache_root=tmp_path_factory.mktemp("worlds"), **SMALL)
+def world_files(synthetic_world):
+  return synthetic_world(**SMALL)
 
 
 @pytest.fixture(scope="module")
