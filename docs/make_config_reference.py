@@ -21,7 +21,8 @@ import tokenize
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agent_r1_jax.trainer import config as config_lib  # noqa: E402  (after the path insert)
+from agent_r1_jax import paths  # noqa: E402  (imported after the path insert)
+from agent_r1_jax.trainer import config as config_lib  # noqa: E402
 
 CONFIG_SOURCE = REPO / "agent_r1_jax" / "trainer" / "config.py"
 OUTPUT = REPO / "docs" / "configuration.md"
@@ -272,8 +273,19 @@ def _type_name(c, field: str) -> str:
   return f"{name} or None" if node[parts[-1]] is None else name
 
 
+def _portable(value: object) -> object:
+  """`value` with the machine's absolute paths written as the repository-relative ones users see.
+
+  Presets point at files under `paths.shared_data_dir()`, an absolute path that differs between checkouts;
+  the reference must be the same text wherever it is generated.
+  """
+  if not isinstance(value, str):
+    return value
+  return value.replace(str(paths.shared_data_dir()), "../shared/data").replace(str(REPO), ".")
+
+
 def _value(value: object) -> str:
-  text = repr(value)
+  text = repr(_portable(value))
   if len(text) > 48:
     text = text[:45] + "..."
   return "`" + text.replace("|", "\\|") + "`"

@@ -49,3 +49,11 @@ def test_comments_are_read_by_the_tokenizer_not_by_text_search(reference):
             '  c.a.c = 1\n  # ---- section ----\n  c.d = 2  # d\n')
   assert reference.source_descriptions(source) == {
       "a.b": "Above, first line. Above, second line. trailing", "d": "d"}
+
+
+def test_the_reference_does_not_depend_on_where_the_checkout_lives(reference, monkeypatch, tmp_path):
+  """Presets point into the shared-data folder by absolute path; the reference writes it relative."""
+  here = reference.generate()
+  monkeypatch.setenv("AGENT_R1_SHARED_DATA", str(tmp_path / "elsewhere" / "data"))
+  assert reference.generate() == here
+  assert "`'../shared/data/smollm2/" in here
