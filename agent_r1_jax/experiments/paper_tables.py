@@ -184,11 +184,11 @@ def plot_em_curves(results: Mapping[str, Any], workdir: pathlib.Path, specs: Seq
   fig, (curves, bars) = plt.subplots(1, 2, figsize=(14, 4.2))
   validated = set()  # the data sets the runs validate on
   for s in specs:
-    rows = [r for r in trainer.read_metrics(workdir / "runs" / s.name)
-            if any(k.startswith("eval/") and k.endswith("/em") for k in r)]
-    validated.update(k.split("/")[1] for r in rows for k in r if k.startswith("eval/") and k.endswith("/em"))
-    curves.plot([r["step"] for r in rows], [_mean_eval_em(r) for r in rows], marker=".", label=s.label,
-                linestyle="-" if s.table == 3 else "--")
+    points = [(r["step"], _validation_em(r)) for r in trainer.read_metrics(workdir / "runs" / s.name)]
+    points = [(step, em) for step, em in points if em]
+    validated.update(source for _, em in points for source in em)
+    curves.plot([step for step, _ in points], [sum(em.values()) / len(em) for _, em in points], marker=".",
+                label=s.label, linestyle="-" if s.table == 3 else "--")
   warm_em = results["baselines"]["base_tool_call"]["em"]
   on_validated = [warm_em[d] for d in sorted(validated) if d in warm_em] or list(warm_em.values())
   curves.axhline(sum(on_validated) / len(on_validated), color="gray", linestyle=":",
@@ -208,9 +208,9 @@ def plot_em_curves(results: Mapping[str, Any], workdir: pathlib.Path, specs: Seq
   return out
 
 
-def _mean_eval_em(row: Mapping[str, Any]) -> float:
-  values = [v for k, v in row.items() if k.startswith("eval/") and k.endswith("/em")]
-  return sum(values) / len(values)
+def _validation_em(row: Mapping[str, Any]) -> dict[str, float]:
+  """`{data set: EM}` of a metrics row's validation (`eval/<data set>/em`); empty where the step did not validate."""
+  return {k.split("/")[1]: v for k, v in row.items() if k.startswith("eval/") and k.endswith("/em")}
 
 
 def run_tables(workdir: str | pathlib.Path, *, preset: str, overrides: Mapping[str, Any],
