@@ -197,6 +197,21 @@ def test_bad_static_options_raise_clear_errors():
     rl.kl_penalty(old, new, "k9")
 
 
+def test_a_registered_kl_penalty_is_used_by_name_and_a_taken_name_is_refused():
+  logp = np.array([[-1.0, -2.0, -0.5]], np.float32)
+  ref = np.array([[-1.5, -1.0, -0.5]], np.float32)
+  name = "test_only_fourth_power"
+  rl.register_kl_penalty(name)(lambda d: d ** 4)
+  try:
+    np.testing.assert_allclose(np.asarray(rl.kl_penalty(logp, ref, name)), (logp - ref) ** 4, rtol=1e-6)
+    loss = rl.compute_kl_loss(logp, ref, np.array([[1, 0, 1]], np.float32), kind=name)
+    np.testing.assert_allclose(float(loss.value()), (0.5 ** 4 + 0.0) / 2, rtol=1e-6)  # token mean over the mask
+    with pytest.raises(ValueError, match="already registered"):
+      rl.register_kl_penalty("low_var_kl")(lambda d: d)
+  finally:
+    del rl.KL_PENALTIES[name]
+
+
 def test_empty_mask_gives_zero_not_nan():
   z = np.zeros((2, 3), np.float32)
   out = rl.finalize(rl.compute_policy_loss(z, z, z + 1.0, z))

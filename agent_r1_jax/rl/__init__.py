@@ -37,6 +37,7 @@ from agent_r1_jax.rl.kl import apply_kl_penalty
 from agent_r1_jax.rl.kl import compute_kl_loss
 from agent_r1_jax.rl.kl import kl_penalty
 from agent_r1_jax.rl.kl import make_kl_controller
+from agent_r1_jax.rl.kl import register_kl_penalty
 from agent_r1_jax.rl.logits import chunked_logprobs
 from agent_r1_jax.rl.logits import compute_entropy_loss
 from agent_r1_jax.rl.logits import entropy_from_logits
@@ -75,6 +76,7 @@ __all__ = [
     "compute_kl_loss",
     "kl_penalty",
     "make_kl_controller",
+    "register_kl_penalty",
     "chunked_logprobs",
     "compute_entropy_loss",
     "entropy_from_logits",

@@ -8,13 +8,15 @@ Per token, with `d_t = logp_t - ref_logp_t` (log-probs of the sampled token, flo
     low_var_kl  k3:  exp(-d) - 1 + d, with d clamped to [-20, 20] and the result to [-10, 10]
 
 k1 and k3 are unbiased estimates of KL(pi || ref) under samples of pi; k3 is non-negative with low
-variance (Schulman's "Approximating KL divergence"). The coefficient is held by a host-side
-controller: `FixedKLController` or `AdaptiveKLController` (Ziegler et al. 2019).
+variance (Schulman's "Approximating KL divergence"). Each is a function of `d` in the `KL_PENALTIES`
+registry (`register_kl_penalty` adds one). The coefficient is held by a host-side controller:
+`FixedKLController` or `AdaptiveKLController` (Ziegler et al. 2019).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -23,29 +25,54 @@ from agent_r1_jax.rl import aggregation
 from agent_r1_jax.rl.aggregation import Aggregate
 from agent_r1_jax.rl.masked import zero_off_mask
 
-KL_PENALTIES: tuple[str, ...] = ("kl", "abs", "mse", "low_var_kl")
 KL_CONTROLLERS: tuple[str, ...] = ("fixed", "adaptive")
 _K3_LOG_RATIO_CLAMP = 20.0
 _K3_CLAMP = 10.0
 
+KLEstimate = Callable[[jax.Array], jax.Array]  # d = logp - ref_logp, float32 [B, T] -> per-token estimate [B, T]
+KL_PENALTIES: dict[str, KLEstimate] = {}
+
+
+def register_kl_penalty(name: str):
+  """Decorator adding a per-token estimate `f(d)` (a `KLEstimate`) to `KL_PENALTIES` under `name`."""
+  def wrap(fn: KLEstimate) -> KLEstimate:
+    if name in KL_PENALTIES:
+      raise ValueError(f"KL penalty {name!r} is already registered")
+    KL_PENALTIES[name] = fn
+    return fn
+  return wrap
+
+
+@register_kl_penalty("kl")
+def _k1(d: jax.Array) -> jax.Array:
+  return d
+
+
+@register_kl_penalty("abs")
+def _abs(d: jax.Array) -> jax.Array:
+  return jnp.abs(d)
+
+
+@register_kl_penalty("mse")
+def _k2(d: jax.Array) -> jax.Array:
+  return 0.5 * jnp.square(d)
+
+
+@register_kl_penalty("low_var_kl")
+def _k3(d: jax.Array) -> jax.Array:
+  neg = jnp.clip(-d, -_K3_LOG_RATIO_CLAMP, _K3_LOG_RATIO_CLAMP)  # log(ref / pi)
+  return jnp.clip(jnp.exp(neg) - neg - 1.0, -_K3_CLAMP, _K3_CLAMP)
+
 
 def check_kind(kind: str) -> None:
   if kind not in KL_PENALTIES:
-    raise ValueError(f"unknown kl penalty {kind!r}; use one of {KL_PENALTIES}")
+    raise ValueError(f"unknown kl penalty {kind!r}; use one of {tuple(KL_PENALTIES)}")
 
 
 def kl_penalty(logprobs: jax.Array, ref_logprobs: jax.Array, kind: str = "low_var_kl") -> jax.Array:
   """Per-token KL estimate (table in the module docstring): float32 `[B, T]`."""
   check_kind(kind)
-  d = jnp.asarray(logprobs, jnp.float32) - jnp.asarray(ref_logprobs, jnp.float32)
-  if kind == "kl":
-    return d
-  if kind == "abs":
-    return jnp.abs(d)
-  if kind == "mse":
-    return 0.5 * jnp.square(d)
-  neg = jnp.clip(-d, -_K3_LOG_RATIO_CLAMP, _K3_LOG_RATIO_CLAMP)  # log(ref / pi)
-  return jnp.clip(jnp.exp(neg) - neg - 1.0, -_K3_CLAMP, _K3_CLAMP)
+  return KL_PENALTIES[kind](jnp.asarray(logprobs, jnp.float32) - jnp.asarray(ref_logprobs, jnp.float32))
 
 
 def compute_kl_loss(logprobs: jax.Array, ref_logprobs: jax.Array, action_mask: jax.Array, *,
