@@ -1,6 +1,6 @@
-"""Blocked attention (online softmax over key blocks, query blocks rematerialised) against a float64 NumPy
-softmax, in both key layouts, with padding and ragged visibility; its gradients against the dense path's;
-and the model's logits, prefill and extend unchanged by the block size."""
+"""Blocked attention (online softmax over key blocks, query blocks rematerialised) and attention over the KV
+cache's packed layout against a float64 NumPy softmax, with padding and ragged visibility; the blocked
+gradients against the dense path's; and the model's logits, prefill and extend unchanged by the block size."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from agent_r1_jax.models import KVCache, Qwen2Config, Qwen2ForCausalLM
-from agent_r1_jax.models.attention import attend
+from agent_r1_jax.models.attention import attend, attend_packed
 
 
 def _reference(q, keys, values, query_slots, key_valid):
@@ -44,19 +44,33 @@ def _case(seed, t, s):
   return q, keys, values, query_slots, key_valid
 
 
+def _assert_close_where_seen(got, expected, slots, valid):
+  """A query that sees no key averages every slot: the blocked path averages its padded slots too, so only
+  queries that see a key are compared."""
+  t, s = slots.shape[1], valid.shape[1]
+  sees = np.array([[(valid[b] & (np.arange(s) <= slots[b, i])).any() for i in range(t)] for b in range(2)])
+  where = np.broadcast_to(sees[:, None, None, :, None], got.shape)
+  np.testing.assert_allclose(got[where], expected[where], atol=2e-5)
+
+
 @pytest.mark.parametrize("t,s,chunk", [(1, 37, 8), (13, 37, 8), (24, 24, 8), (40, 19, 16), (5, 5, 0)])
-@pytest.mark.parametrize("keys_major", [False, True])
-def test_blocked_attention_equals_the_plain_softmax(t, s, chunk, keys_major):
+def test_blocked_attention_equals_the_plain_softmax(t, s, chunk):
   q, keys, values, slots, valid = _case(t * 100 + s, t, s)
   expected = _reference(q.astype(np.float64), keys.astype(np.float64), values.astype(np.float64), slots, valid)
-  given_keys = keys.transpose(0, 1, 3, 2) if keys_major else keys
-  fn = jax.jit(lambda *a: attend(*a, keys_major=keys_major, chunk=chunk))
-  got = np.asarray(fn(q, given_keys, values, slots, valid))
-  # A query that sees no key averages every slot: the blocked path averages its padded slots too, so only
-  # queries that see a key are compared.
-  sees = np.array([[(valid[b] & (np.arange(s) <= slots[b, i])).any() for i in range(t)] for b in range(2)])
-  np.testing.assert_allclose(got[:, :, :, :, :][np.broadcast_to(sees[:, None, None, :, None], got.shape)],
-                             expected[np.broadcast_to(sees[:, None, None, :, None], got.shape)], atol=2e-5)
+  got = np.asarray(jax.jit(lambda *a: attend(*a, chunk=chunk))(q, keys, values, slots, valid))
+  _assert_close_where_seen(got, expected, slots, valid)
+
+
+@pytest.mark.parametrize("t,s", [(1, 37), (3, 16)])
+def test_packed_cache_attention_equals_the_plain_softmax(t, s):
+  """The cache layout `[B, S, K * d]` (head j in lanes [j d, (j + 1) d)): a query reading another head's
+  lanes, or the wrong diagonal block of the output, would mix the two KV heads' values."""
+  q, keys, values, slots, valid = _case(t * 100 + s + 1, t, s)
+  expected = _reference(q.astype(np.float64), keys.astype(np.float64), values.astype(np.float64), slots, valid)
+  b, k, _, d = keys.shape
+  pack = lambda a: a.transpose(0, 2, 1, 3).reshape(b, s, k * d)  # [B, K, S, d] -> [B, S, K * d]
+  got = np.asarray(jax.jit(attend_packed)(q, pack(keys), pack(values), slots, valid))
+  _assert_close_where_seen(got, expected, slots, valid)
 
 
 def test_blocked_attention_gradients_equal_the_dense_ones():
@@ -67,7 +81,7 @@ def test_blocked_attention_gradients_equal_the_dense_ones():
 
   def loss(chunk):
     def f(q, k, v):
-      return jnp.sum(attend(q, k, v, slots, valid, keys_major=False, chunk=chunk) * cot)
+      return jnp.sum(attend(q, k, v, slots, valid, chunk=chunk) * cot)
     return jax.grad(f, argnums=(0, 1, 2))(q, keys, values)
 
   for dense, blocked in zip(loss(0), loss(8)):

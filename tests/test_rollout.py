@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import pytest
 
-from agent_r1_jax.rollout import EpisodeStop, RolloutConfig, TrajectoryBatch, run_episodes
+from agent_r1_jax.rollout import EpisodeStop, RolloutConfig, TrajectoryBatch, run_episodes, run_episodes_in_waves
 from scripted_policy import byte_tokenizer
 from agent_r1_jax.sampling import multihost
 
@@ -457,6 +457,51 @@ def test_matches_per_row_reference_on_random_episodes():
   assert reasons_seen == {int(r) for r in EpisodeStop if r is not EpisodeStop.NONE}  # every path exercised
 
 
+class WaveSampler(ScriptedSampler):
+  """A ScriptedSampler over every row of a step that serves, at each prefill, the next wave's rows' scripts."""
+
+  def __init__(self, scripts, *args):
+    super().__init__(scripts, *args)
+    self.all_scripts, self.offset, self.wave_rows = self.scripts, 0, []
+
+  def prefill(self, params, prompt_ids, prompt_mask):
+    rows = prompt_ids.shape[0]
+    self.scripts = self.all_scripts[self.offset:self.offset + rows]
+    self.offset += rows
+    self.wave_rows.append(rows)
+    return super().prefill(params, prompt_ids, prompt_mask)
+
+
+def test_waves_sample_every_row_as_one_wave_would_in_prompt_order():
+  """5 prompts x 2 samples in waves of 2 prompts: 3 waves of 4, 4 and 2 rows, each row laid out as the
+  per-row reference lays it out, groups numbered by the prompt's place in the step, timings summed."""
+  rng = np.random.default_rng(3)
+  choices = [lambda: call(f"q={rng.integers(100)}"), lambda: call("q=bad"), lambda: ANSWER, lambda: RAMBLE,
+             lambda: "done<|endoftext|>"]
+  config = RolloutConfig(max_prompt_length=40, max_response_length=160, max_turns=3, max_new_tokens_per_turn=40,
+                         end_of_text_ids=(EOT,))
+  scripts = [[choices[rng.integers(len(choices))]() for _ in range(3)] for _ in range(10)]
+  sampler = WaveSampler([[enc(t) for t in row] for row in scripts], STOPS, PAD, config.cache_length)
+  prompts = [prompt_text(i) for i in range(5)]
+  batch = run_episodes_in_waves(sampler, None, ScriptedEnv(), TOK, prompts, config, None, jax.random.key(0),
+                                prompts_per_wave=2, samples_per_prompt=2, group_offset=10,
+                                ground_truths=[[str(i)] for i in range(5)])
+  assert sampler.wave_rows == [4, 4, 2]
+  assert batch.group_ids.tolist() == [10, 10, 11, 11, 12, 12, 13, 13, 14, 14]
+  assert batch.ground_truth == [[str(b // 2)] for b in range(10)]
+  for b, script in enumerate(scripts):
+    ref = reference_row(enc(prompt_text(b // 2)), script, config)
+    assert row_response(batch, b) == ref["response"], b
+    assert batch.action_mask[b, :len(ref["action"])].tolist() == ref["action"], b
+    assert batch.stop_reason[b] == ref["reason"] and batch.num_turns[b] == ref["turns"], b
+  one = run_episodes_in_waves(WaveSampler([[enc(t) for t in row] for row in scripts], STOPS, PAD,
+                                          config.cache_length), None, ScriptedEnv(), TOK, prompts, config, None,
+                              jax.random.key(0), prompts_per_wave=0, samples_per_prompt=2)
+  np.testing.assert_array_equal(one.response_ids, batch.response_ids)
+  np.testing.assert_array_equal(one.action_mask, batch.action_mask)
+  assert batch.timings["total"] > 0
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Rewards, process rewards, device transfer
 # ---------------------------------------------------------------------------------------------------------
@@ -692,3 +737,20 @@ def test_qwen_context_equals_chat_template_with_real_env(qwen_tokenizer_dir):
   assert context == ids(template)[:len(context)]  # token for token, not only as text
   # Action tokens are the scripted ids exactly (never re-encoded from text).
   assert batch.response_ids[0, batch.action_mask[0] == 1].tolist() == ids(turns[0]) + ids(turns[1])
+
+
+def test_waves_per_process_from_the_config():
+  """Waves of max_rows_per_device rows on each batch device, whole groups, split over processes (hand-computed:
+  GRPO's 128 x 5 rows on 8 devices at 40 rows per device: 320 rows = 64 prompts, 32 per process of 2)."""
+  from agent_r1_jax.trainer import config as config_lib  # pylint: disable=import-outside-toplevel
+  c = config_lib.base_config("grpo", "qwen2.5-1.5b")
+  assert config_lib.prompts_per_wave(c, 8, 1) == 0  # the default: one wave
+  c.rollout.max_rows_per_device = 40
+  assert config_lib.prompts_per_wave(c, 8, 1) == 64
+  assert config_lib.prompts_per_wave(c, 8, 2) == 32
+  c.rollout.max_rows_per_device = 3  # 24 rows: not whole groups of 5
+  with pytest.raises(ValueError, match="multiple of 5 rows"):
+    config_lib.prompts_per_wave(c, 8, 1)
+  c.rollout.max_rows_per_device = -1
+  with pytest.raises(ValueError, match="max_rows_per_device must be an integer >= 0"):
+    config_lib.prompts_per_wave(c, 8, 1)

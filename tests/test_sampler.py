@@ -276,8 +276,8 @@ def test_sharded_sampling_matches_single_device(tiny):
   sampler = Sampler(graphdef, max_cache_length=CACHE, stop_token_ids=[7], pad_id=PAD, mesh=mesh)
   state = sampler.prefill(sharded_params, *left_pad(prompts))
   state = sampler.extend(sharded_params, state, [[4, 4], [], [8], [1, 2, 3]])
-  spec = state.cache.k[0].sharding.spec  # [B, K, hd, S]
-  assert spec[0] == ("data", "fsdp") and spec[1] == "tensor", spec
+  spec = state.cache.k[0].sharding.spec  # [B, S, K * hd]: rows over (data, fsdp), whole KV heads over tensor
+  assert spec[0] == ("data", "fsdp") and spec[1] is None and spec[2] == "tensor", spec
   _, seg = sampler.decode(sharded_params, state, np.array([6, 6, 6, 6]), greedy, jax.random.key(0))
   np.testing.assert_array_equal(seg.tokens, ref.tokens)
   np.testing.assert_allclose(seg.logprobs, ref.logprobs, atol=1e-5)
@@ -308,3 +308,31 @@ def test_bad_input_raises_before_compiling(tiny):
   with pytest.raises(ValueError, match="top_p must be in"):
     SamplingParams(top_p=0.0)
   assert compiled_programs() == compiled
+
+
+def test_prepared_weights_sample_exactly_what_raw_parameters_sample(tmp_path):
+  """`Sampler.prepare` (bf16 compute over float32 parameters: cast once per rollout) against the programs casting
+  the raw parameters themselves, on a 2 x 2 x 2 mesh where it also gathers over fsdp: the same tokens and the same
+  log-probs, bit for bit; the prepared weights are bf16 and whole over fsdp."""
+  make_hf_checkpoint(tmp_path)
+  graphdef, params = nnx.split(load_hf_checkpoint(tmp_path, compute_dtype=jnp.bfloat16))
+  mesh = make_mesh(data=2, fsdp=2, tensor=2)
+  from agent_r1_jax.models import state_shardings  # pylint: disable=import-outside-toplevel
+  params = jax.device_put(params, state_shardings(params, mesh))
+  sampler = Sampler(graphdef, max_cache_length=CACHE, stop_token_ids=[7], pad_id=PAD, mesh=mesh,
+                    cache_dtype=jnp.bfloat16)
+  prepared = sampler.prepare(params)
+  q = prepared["model"]["layers"][0]["attn"]["q_kernel"][...]
+  assert q.dtype == jnp.bfloat16 and "fsdp" not in str(q.sharding.spec), q.sharding.spec
+  prompts = PROMPTS + [[9, 9, 1]]
+  segments = []
+  for weights in (params, prepared):
+    state = sampler.prefill(weights, *left_pad(prompts))
+    state, first = sampler.decode(weights, state, np.array([5, 5, 5, 5]), SamplingParams(temperature=1.0),
+                                  jax.random.key(4))
+    _, second = sampler.continue_(weights, state, [[4, 4], [], [8], [1, 2, 3]], np.array([5, 5, 5, 5]),
+                                  SamplingParams(temperature=1.0), jax.random.key(5))
+    segments.append((first, second))
+  for raw, ready in zip(*segments):
+    np.testing.assert_array_equal(ready.tokens, raw.tokens)
+    np.testing.assert_array_equal(ready.logprobs, raw.logprobs)

@@ -39,8 +39,8 @@ def tiny():
 
 def snapshot(state):
   """Host copies of everything a no-op call must leave alone (the call donates the device arrays)."""
-  c = state.cache  # per-layer keys [B, K, hd, S] and values [B, K, S, hd] -> [L, B, S, K, hd]
-  return dict(k=np.stack(c.k).transpose(0, 1, 4, 2, 3), v=np.stack(c.v).swapaxes(2, 3),
+  c = state.cache  # per-layer keys and values [B, S, K * hd] -> [L, B, S, K * hd]
+  return dict(k=np.stack(c.k), v=np.stack(c.v),
               valid=np.array(c.valid), lengths=np.array(c.lengths),
               cursor=np.array(c.cursor), logits=np.array(state.last_logits), host=state.lengths)
 
@@ -157,8 +157,9 @@ class SpySampler(Sampler):
 
   def _run(self, fn, *args, **kwargs):
     # prefill(graphdef, params, ids, mask), extend(..., cache, logits, ids, mask),
-    # decode(..., cache, logits, budgets, stop_ids, rng)
-    name, arrays = {programs.prefill_jit: ("prefill", args[2:4]),
+    # decode(..., cache, logits, budgets, stop_ids, rng), sampling_weights(graphdef, params)
+    name, arrays = {programs.sampling_weights_jit: ("sampling_weights", ()),
+                    programs.prefill_jit: ("prefill", args[2:4]),
                     programs.extend_jit: ("extend", args[4:6]),
                     programs.decode_jit: ("decode", args[4:5])}[fn]
     self.calls.append((name, kwargs.get("width"), [np.asarray(a) for a in arrays]))
@@ -192,7 +193,7 @@ def test_driver_with_real_sampler_steps_until_the_other_process_is_done(tiny, mo
 
   single, single_calls = rollout()
   assert single.num_turns.tolist() == [2] * 4  # this process's rows all end in turn 1
-  assert [c[0] for c in single_calls] == ["prefill", "decode", "extend", "decode"]
+  assert [c[0] for c in single_calls] == ["sampling_weights", "prefill", "decode", "extend", "decode"]
 
   other = OtherProcess(active_turns=4, width=6, observation=20, batch=4, prompt=24)
   monkeypatch.setattr(jax, "process_count", lambda: 2)
@@ -208,7 +209,7 @@ def test_driver_with_real_sampler_steps_until_the_other_process_is_done(tiny, mo
   assert multi.stop_reason.tolist() == single.stop_reason.tolist()
   # The same jitted calls as the other process: 4 turns; extensions at its observation bucket (32) even
   # when this process appends nothing (turns 2, 3), and segments with all-zero local budgets.
-  assert [c[0] for c in calls] == ["prefill", "decode"] + ["extend", "decode"] * 3
+  assert [c[0] for c in calls] == ["sampling_weights", "prefill", "decode"] + ["extend", "decode"] * 3
   extends = [c for c in calls if c[0] == "extend"]
   assert [c[2][0].shape for c in extends] == [(4, 32)] * 3
   assert [int(c[2][1].sum()) for c in extends[1:]] == [0, 0]  # turns 2, 3: nothing local to append

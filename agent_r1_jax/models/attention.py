@@ -1,9 +1,9 @@
 """Masked grouped-query attention, dense or in blocks, without ever holding a `[B, H, T, S]` score array
 when blocks are asked for.
 
-Shapes: q `[B, K, G, T, d]` (K key/value heads, G query heads per KV head), keys `[B, K, S, d]` or
-`[B, K, d, S]` (the KV cache's key-major layout), values `[B, K, S, d]`. A query in slot `q` may attend to
-key slot `s` iff `key_valid[b, s] and s <= q`:
+Shapes: q `[B, K, G, T, d]` (K key/value heads, G query heads per KV head), keys and values `[B, K, S, d]`
+(`attend`), or the KV cache's packed `[B, S, K * d]` (`attend_packed`). A query in slot `q` may attend to key
+slot `s` iff `key_valid[b, s] and s <= q`:
 
     scores = q k^T / sqrt(d) + bias,  bias = 0 where visible, -1e30 elsewhere (finite: a query with no
                                       visible key, e.g. a pad, gets uniform weights instead of NaN)
@@ -36,29 +36,27 @@ def visibility_bias(query_slots: jax.Array, key_valid: jax.Array, first_key_slot
   return jnp.where(visible, 0.0, NEG_INF).astype(jnp.float32)[:, None, None, :, :]
 
 
-def _scores(q: jax.Array, keys: jax.Array, keys_major: bool) -> jax.Array:
-  spec = "bkgth,bkhs->bkgts" if keys_major else "bkgth,bksh->bkgts"
-  return jnp.einsum(spec, q, keys, preferred_element_type=jnp.float32) * (q.shape[-1] ** -0.5)
+def _scores(q: jax.Array, keys: jax.Array) -> jax.Array:
+  return jnp.einsum("bkgth,bksh->bkgts", q, keys, preferred_element_type=jnp.float32) * (q.shape[-1] ** -0.5)
 
 
-def _dense(q, keys, values, query_slots, key_valid, keys_major):
-  scores = _scores(q, keys, keys_major) + visibility_bias(query_slots, key_valid)
+def _dense(q, keys, values, query_slots, key_valid):
+  scores = _scores(q, keys) + visibility_bias(query_slots, key_valid)
   weights = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
   return jnp.einsum("bkgts,bksh->bkgth", weights, values)
 
 
-def _key_blocks(q, keys, values, query_slots, key_valid, keys_major, chunk):
+def _key_blocks(q, keys, values, query_slots, key_valid, chunk):
   """Online softmax over key blocks of `chunk` slots (S is a multiple of `chunk`)."""
   b, k, g, t, d = q.shape
-  key_axis = 3 if keys_major else 2
 
   def step(carry, j):
     m, l, acc = carry
     start = j * chunk
-    k_j = jax.lax.dynamic_slice_in_dim(keys, start, chunk, axis=key_axis)
+    k_j = jax.lax.dynamic_slice_in_dim(keys, start, chunk, axis=2)
     v_j = jax.lax.dynamic_slice_in_dim(values, start, chunk, axis=2)
     valid_j = jax.lax.dynamic_slice_in_dim(key_valid, start, chunk, axis=1)
-    s = _scores(q, k_j, keys_major) + visibility_bias(query_slots, valid_j, start)
+    s = _scores(q, k_j) + visibility_bias(query_slots, valid_j, start)
     # The running max only shifts the exponentials (the result does not depend on it): no gradient.
     m_new = jax.lax.stop_gradient(jnp.maximum(m, jnp.max(s, axis=-1)))
     correction = jnp.exp(m - m_new)
@@ -83,31 +81,30 @@ def _pad_axis(x: jax.Array, axis: int, multiple: int, value=0) -> jax.Array:
 
 
 def attend(q: jax.Array, keys: jax.Array, values: jax.Array, query_slots: jax.Array, key_valid: jax.Array, *,
-           keys_major: bool, chunk: int = 0) -> jax.Array:
+           chunk: int = 0) -> jax.Array:
   """softmax(q k^T / sqrt(d) + visibility bias) v, `[B, K, G, T, d]` in q's dtype (see the module docstring).
 
   Args:
     q: `[B, K, G, T, d]` queries (after RoPE).
-    keys: `[B, K, d, S]` if `keys_major` else `[B, K, S, d]`.
+    keys: `[B, K, S, d]`.
     values: `[B, K, S, d]`.
     query_slots: int32 `[B, T]`, the slot of each query (its position among the call's key slots).
     key_valid: bool `[B, S]`, slot holds a real token.
-    keys_major: the layout of `keys`.
     chunk: block size C for queries and keys (0: always dense). Calls with T = 1 (decode) or with T and S
       both <= C are dense.
   """
   t, s = q.shape[3], key_valid.shape[1]
   if not chunk or t == 1 or (t <= chunk and s <= chunk):
-    return _dense(q, keys, values, query_slots, key_valid, keys_major)
+    return _dense(q, keys, values, query_slots, key_valid)
   if s > chunk:  # padded key slots are invalid, so they take no weight
-    keys = _pad_axis(keys, 3 if keys_major else 2, chunk)
+    keys = _pad_axis(keys, 2, chunk)
     values = _pad_axis(values, 2, chunk)
     key_valid = _pad_axis(key_valid, 1, chunk, False)
 
   def block(q_c, slots_c):
     if key_valid.shape[1] <= chunk:
-      return _dense(q_c, keys, values, slots_c, key_valid, keys_major)
-    return _key_blocks(q_c, keys, values, slots_c, key_valid, keys_major, chunk)
+      return _dense(q_c, keys, values, slots_c, key_valid)
+    return _key_blocks(q_c, keys, values, slots_c, key_valid, chunk)
 
   if t <= chunk:
     return block(q, query_slots)
@@ -118,3 +115,31 @@ def attend(q: jax.Array, keys: jax.Array, values: jax.Array, query_slots: jax.Ar
   slot_blocks = _pad_axis(query_slots, 1, chunk, -1).reshape(b, n, chunk).transpose(1, 0, 2)
   out = jax.lax.map(lambda xs: jax.checkpoint(block)(*xs), (q_blocks, slot_blocks))
   return out.transpose(1, 2, 3, 0, 4, 5).reshape(b, k, g, n * chunk, d)[:, :, :, :t]
+
+
+def attend_packed(q: jax.Array, keys: jax.Array, values: jax.Array, query_slots: jax.Array,
+                  key_valid: jax.Array) -> jax.Array:
+  """Dense attention over the KV cache's packed layout, read in place: `[B, K, G, T, d]` in q's dtype.
+
+  With keys and values `[B, S, K * d]` (head j in lanes `[j d, (j + 1) d)`), each query is spread over the K
+  head blocks with zeros outside its own, q'[b, k, g, t, (j, e)] = [j = k] q[b, k, g, t, e], so that
+
+      scores[b, k, g, t, s] = sum_c q'[b, k, g, t, c] keys[b, s, c] / sqrt(d)     (only block k is nonzero)
+      y[b, k, g, t, (j, e)] = sum_s softmax(scores)[b, k, g, t, s] values[b, s, (j, e)]
+      out[b, k, g, t, e]    = y[b, k, g, t, (k, e)]                               (the diagonal block)
+
+  This costs K times the attention flops of `attend` and reads the cache once in the layout the decode loop
+  writes it in: at T = 1 a step is bound by the bytes it reads, not by these flops, and unpacking the cache
+  to `[B, K, S, d]` would copy it on every step.
+  """
+  b, k, g, t, d = q.shape
+  eye = jnp.eye(k, dtype=q.dtype)
+  spread = (q[:, :, :, :, None, :] * eye[None, :, None, None, :, None]).reshape(b, k, g, t, k * d)
+  scores = jnp.einsum("bkgtc,bsc->bkgts", spread, keys, preferred_element_type=jnp.float32) * (d ** -0.5)
+  scores = scores + visibility_bias(query_slots, key_valid)
+  # The softmax is normalised after the value product, on the [.., K * d] output instead of the [.., S] weights:
+  # one pass less over the float32 scores, which are the largest arrays of a decode step after the cache.
+  e = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))
+  blocks = jnp.einsum("bkgts,bsc->bkgtc", e.astype(q.dtype), values, preferred_element_type=jnp.float32)
+  blocks = (blocks / jnp.sum(e, axis=-1, keepdims=True)).reshape(b, k, g, t, k, d)
+  return jnp.einsum("bkgtje,kj->bkgte", blocks, eye.astype(blocks.dtype)).astype(q.dtype)

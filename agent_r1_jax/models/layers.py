@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from agent_r1_jax.models.attention import attend
+from agent_r1_jax.models.attention import attend, attend_packed
 from agent_r1_jax.models.config import Qwen2Config
 from agent_r1_jax.models.sharding import constrain
 
@@ -77,20 +77,6 @@ def write_slots(old: jax.Array, new: jax.Array, slots: jax.Array) -> jax.Array:
   return old.at[rows, slots].set(new.astype(old.dtype), mode="drop")
 
 
-def write_keys(old: jax.Array, new: jax.Array, slots: jax.Array) -> jax.Array:
-  """A layer's keys `[B, K, hd, S]` with `old[b, :, :, slots[b, t]] = new[b, t]` for `new [B, T, K, hd]`;
-  slots beyond S are dropped (in place, like `write_slots`)."""
-  rows = jnp.arange(old.shape[0])[:, None]
-  return old.at[rows, :, :, slots].set(new.astype(old.dtype), mode="drop")
-
-
-def write_values(old: jax.Array, new: jax.Array, slots: jax.Array) -> jax.Array:
-  """A layer's values `[B, K, S, hd]` with `old[b, :, slots[b, t]] = new[b, t]` for `new [B, T, K, hd]`;
-  slots beyond S are dropped (in place, like `write_slots`)."""
-  rows = jnp.arange(old.shape[0])[:, None]
-  return old.at[rows, :, slots].set(new.astype(old.dtype), mode="drop")
-
-
 class RMSNorm(nnx.Module):
   """y = w * x / sqrt(mean(x^2) + eps), statistics in float32."""
 
@@ -142,9 +128,9 @@ class Attention(nnx.Module):
   def __call__(self, x: jax.Array, ctx: AttentionContext,
                cache_kv: tuple[jax.Array, jax.Array] | None = None
                ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
-    """x `[B, T, D]` -> `[B, T, D]`; with `cache_kv` (this layer's keys `[B, K, hd, S]` and values
-    `[B, K, S, hd]`) the new keys/values are written at `ctx.write_slots`, attention reads all S slots,
-    and the updated pair is returned too."""
+    """x `[B, T, D]` -> `[B, T, D]`; with `cache_kv` (this layer's keys and values, each `[B, S, K * hd]`,
+    see `models.kv_cache`) the new keys/values are written at `ctx.write_slots`, attention reads all S
+    slots, and the updated pair is returned too."""
     b, t, _ = x.shape
     q = apply_rope(self._proj(x, self.q_kernel, self.q_bias), ctx.cos, ctx.sin)
     k = apply_rope(self._proj(x, self.k_kernel, self.k_bias), ctx.cos, ctx.sin)
@@ -159,13 +145,20 @@ class Attention(nnx.Module):
     # transpose of the kernel or the activations.
     q = q.transpose(0, 2, 3, 1, 4)
     if cache_kv is None:
-      keys, values, keys_major = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), False
+      out = attend(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), ctx.query_slots, ctx.key_valid,
+                   chunk=self.attention_chunk_size)
     else:
-      cache_kv = (write_keys(cache_kv[0], k, ctx.write_slots),
-                  write_values(cache_kv[1], v, ctx.write_slots))
-      (keys, values), keys_major = (a.astype(self.compute_dtype) for a in cache_kv), True
-    out = attend(q, keys, values, ctx.query_slots, ctx.key_valid, keys_major=keys_major,
-                 chunk=self.attention_chunk_size)
+      packed = self.num_kv_heads * self.head_dim
+      cache_kv = tuple(write_slots(old, new.reshape(b, t, packed), ctx.write_slots)
+                       for old, new in zip(cache_kv, (k, v)))
+      keys, values = (a.astype(self.compute_dtype) for a in cache_kv)
+      if t == 1:  # decode: read the packed cache in place
+        out = attend_packed(q, keys, values, ctx.query_slots, ctx.key_valid)
+      else:  # several new tokens: their attention outweighs unpacking each layer's cache once per call
+        s = keys.shape[1]
+        keys, values = (a.reshape(b, s, self.num_kv_heads, self.head_dim).transpose(0, 2, 1, 3)
+                        for a in (keys, values))
+        out = attend(q, keys, values, ctx.query_slots, ctx.key_valid, chunk=self.attention_chunk_size)
     out = out.transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * self.head_dim)
     return out @ o_kernel.reshape(-1, o_kernel.shape[-1]), cache_kv
 

@@ -21,9 +21,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from agent_r1_jax.models.config import Qwen2Config
-from agent_r1_jax.models.kv_cache import KEY_AXES, VALUE_AXES, KVCache
+from agent_r1_jax.models.kv_cache import KVCache, constrain_kv
 from agent_r1_jax.models.layers import AttentionContext, DecoderBlock, RMSNorm, param, rope_tables, write_slots
-from agent_r1_jax.models.sharding import constrain
+from agent_r1_jax.models.sharding import LogicalRules, constrain, constrain_state
 
 
 def _context(config: Qwen2Config, mask: jax.Array, cache: KVCache | None):
@@ -88,8 +88,8 @@ class Qwen2Model(nnx.Module):
     for i, block in enumerate(self.layers):
       if cache is not None:
         x, (k, v) = block(x, ctx, (cache.k[i], cache.v[i]))
-        keys.append(constrain(k, KEY_AXES))
-        values.append(constrain(v, VALUE_AXES))
+        keys.append(constrain_kv(k, self.config.num_key_value_heads))
+        values.append(constrain_kv(v, self.config.num_key_value_heads))
       elif self.remat:
         x = _rematerialised(block, x, ctx)
       else:
@@ -199,24 +199,25 @@ def value_head_bias(param_dtype) -> nnx.Param:
   return param(None, (), (), param_dtype, init="zeros")
 
 
-def merge_for_compute(graphdef: nnx.GraphDef, params: nnx.State) -> nnx.Module:
+def merge_for_compute(graphdef: nnx.GraphDef, params: nnx.State, *, rules: LogicalRules | None = None
+                      ) -> nnx.Module:
   """`nnx.merge(graphdef, params)` with the backbone's weights (and an untied LM head) cast to the compute
-  dtype first.
+  dtype first, and, with `rules`, every weight then constrained to the sharding those rules give it.
 
   Every layer casts its weights to the compute dtype at use, so the values are the same; what changes is
   where the cast happens: on each device's shard, before XLA all-gathers FSDP-sharded weights for a matmul,
   so the gathered copies (and the gather's traffic) are compute-dtype, not float32. The value head stays in
-  its parameter dtype (it is applied in float32).
+  its parameter dtype (it is applied in float32). Sampling passes `SAMPLING_RULES`: the weights are gathered
+  once, before its decode loop, instead of inside it on every step.
   """
   model = nnx.merge(graphdef, params)
   dtype = model.model.compute_dtype
-  floating = [x for x in jax.tree.leaves(params) if jnp.issubdtype(x.dtype, jnp.floating)]
-  if all(x.dtype == dtype for x in floating):
-    return model
   cast = jax.tree.map(lambda x: x, params)
   for key in ("model", "lm_head"):
     if key in cast:
       cast[key] = jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, cast[key])
+  if rules is not None:
+    cast = constrain_state(cast, rules)
   return nnx.merge(graphdef, cast)
 
 

@@ -48,6 +48,10 @@ LOGICAL_RULES: LogicalRules = (
     ("cache_length", None),
 )
 
+# Sampling's weights: whole on every device of the fsdp axis (tensor parallelism stays). A decode step feeds one
+# token per row through every weight, so weights left FSDP-sharded would be all-gathered again on every step.
+SAMPLING_RULES: LogicalRules = tuple((name, None if name == "embed" else axes) for name, axes in LOGICAL_RULES)
+
 
 def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1,
               devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -133,6 +137,20 @@ def constrain(x: jax.Array, names: Sequence[str | None],
   if mesh.empty or math.prod(mesh.shape.values()) == 1:
     return x
   return jax.lax.with_sharding_constraint(x, logical_to_spec(x.shape, names, mesh, rules))
+
+
+def constrain_state(state: nnx.State, rules: LogicalRules) -> nnx.State:
+  """Every variable of `state` constrained to the sharding `rules` give it under the ambient mesh (inside a
+  jitted function; a no-op without a mesh)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or math.prod(mesh.shape.values()) == 1:
+    return state
+
+  def one(var):
+    spec = logical_to_spec(var.shape, variable_names(var), mesh, rules)
+    return var.replace(jax.lax.with_sharding_constraint(var.get_value(), spec))
+
+  return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
 def place(x: Any, sharding: NamedSharding) -> jax.Array:

@@ -81,6 +81,23 @@ class TrajectoryBatch:
       if len(getattr(self, name)) != b:
         raise ValueError(f"TrajectoryBatch.{name} has {len(getattr(self, name))} entries for {b} rows")
 
+  @classmethod
+  def concatenate(cls, batches: Sequence[TrajectoryBatch]) -> TrajectoryBatch:
+    """The rows of `batches` (equal P and R) one after another; timings are summed (waves run in sequence)."""
+    if not batches:
+      raise ValueError("concatenate needs at least one TrajectoryBatch")
+    fields = {}
+    for field in dataclasses.fields(cls):
+      values = [getattr(b, field.name) for b in batches]
+      if field.name == "timings":
+        names = dict.fromkeys(k for t in values for k in t)
+        fields[field.name] = {k: sum(t.get(k, 0.0) for t in values) for k in names}
+      elif isinstance(values[0], np.ndarray):
+        fields[field.name] = np.concatenate(values, axis=0)
+      else:
+        fields[field.name] = [v for vs in values for v in vs]
+    return cls(**fields)
+
   # ---- shapes and derived arrays -------------------------------------------------------------------------
 
   @property

@@ -149,6 +149,7 @@ def run_episodes(
     group_offset: int = 0,
     process_reward_fn: ProcessRewardFn | None = None,
     check_env: bool = True,
+    prepare_params: bool = True,
 ) -> TrajectoryBatch:
   """Runs one multi-turn rollout and returns its fixed-shape `TrajectoryBatch`.
 
@@ -170,6 +171,8 @@ def run_episodes(
     process_reward_fn: optional `fn(turn, rows, segment_texts, step_results) -> one float per row in
       rows` called after each env step (e.g. an env's own method); the value lands on the turn's last action.
     check_env: probe the env once with a final answer and a call to a nonexistent tool before generating.
+    prepare_params: hand every sampler call `sampler.prepare(params)` (when the sampler has it) instead of
+      `params`; False when the caller passes prepared parameters already.
 
   Returns:
     The TrajectoryBatch of B rows, with `timings` in seconds: generation (sampler calls: prefill,
@@ -205,6 +208,8 @@ def run_episodes(
   end_of_text = np.asarray(config.end_of_text_ids, np.int64)
 
   with timer("generation"):
+    if prepare_params and hasattr(sampler, "prepare"):
+      params = sampler.prepare(params)  # cast and gathered once for every call of the rollout
     state = sampler.prefill(params, prompt_ids, prompt_mask)
   cache_len = ep.prompt_length.copy()  # real tokens the sampler holds per row; checked against state.lengths
   _check_cache_lengths(state, cache_len)
@@ -292,3 +297,36 @@ def run_episodes(
       data_source=repeat(data_sources, ""),
       timings=timings,
   )
+
+
+def run_episodes_in_waves(sampler: Any, params: Any, env: Any, tokenizer: Any, prompts: Sequence[str | Sequence[int]],
+                          config: RolloutConfig, sampling: Any, rng: jax.Array, *, prompts_per_wave: int,
+                          samples_per_prompt: int = 1, ground_truths: Sequence[Any] | None = None,
+                          data_sources: Sequence[str] | None = None, group_offset: int = 0,
+                          **kwargs: Any) -> TrajectoryBatch:
+  """`run_episodes` over successive waves of `prompts_per_wave` prompts, their rows concatenated in prompt order.
+
+  A wave samples its rows to the end of their episodes before the next wave starts, so the KV cache holds one
+  wave's rows, not the step's: how a step whose cache would not fit a chip is sampled with a smaller fixed
+  shape. Every process of a multi-host run holds as many prompts, so all run the same waves. Wave w draws
+  `fold_in(rng, w)`; `prompts_per_wave` = 0 (or >= len(prompts)) is one wave that draws `rng` itself, i.e.
+  exactly `run_episodes`. `kwargs` go to every wave.
+  """
+  prompts = list(prompts)
+  if prompts_per_wave < 0:
+    raise ValueError(f"prompts_per_wave must be >= 0 (0: one wave), got {prompts_per_wave}")
+  if not prompts_per_wave or prompts_per_wave >= len(prompts):
+    return run_episodes(sampler, params, env, tokenizer, prompts, config, sampling, rng,
+                        samples_per_prompt=samples_per_prompt, ground_truths=ground_truths,
+                        data_sources=data_sources, group_offset=group_offset, **kwargs)
+  if hasattr(sampler, "prepare"):
+    params = sampler.prepare(params)  # once for every wave
+  waves = []
+  for w, start in enumerate(range(0, len(prompts), prompts_per_wave)):
+    part = slice(start, start + prompts_per_wave)
+    waves.append(run_episodes(
+        sampler, params, env, tokenizer, prompts[part], config, sampling, jax.random.fold_in(rng, w),
+        samples_per_prompt=samples_per_prompt, group_offset=group_offset + start,
+        ground_truths=None if ground_truths is None else list(ground_truths)[part],
+        data_sources=None if data_sources is None else list(data_sources)[part], prepare_params=False, **kwargs))
+  return TrajectoryBatch.concatenate(waves)

@@ -1,5 +1,6 @@
 """The sampler's three jitted programs, shared by every `Sampler` (the model is `(graphdef static, params)`).
 
+  sampling_weights  the parameters cast and gathered once per rollout (every program reads them);
   prefill  `[Bb, Pb]` left-padded prompts -> fresh cache + next-token logits of every row;
   extend   `[Bb, Tb]` right-padded ragged new tokens appended at each row's cursor (incremental
            prefill: only the new tokens are encoded; the context is read from the cache);
@@ -15,24 +16,34 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 from agent_r1_jax.models.kv_cache import KVCache
 from agent_r1_jax.models.qwen2 import merge_for_compute
+from agent_r1_jax.models.sharding import SAMPLING_RULES
 from agent_r1_jax.sampling import stop_sequences as stops_lib
 from agent_r1_jax.sampling.params import StopReason
 from agent_r1_jax.sampling.sample import sample_tokens
 
 
+def _sampling_weights(graphdef, params):
+  """The policy's parameters as the sampler's programs read them: the backbone (and an untied LM head) in the
+  compute dtype, whole on every device of the fsdp axis (`SAMPLING_RULES`). Made once per rollout, so the
+  decode loop neither casts nor gathers; the programs below accept raw parameters too (and then do both)."""
+  return nnx.split(merge_for_compute(graphdef, params, rules=SAMPLING_RULES))[1]
+
+
 def _prefill(graphdef, params, ids, mask, *, max_length, cache_dtype):
-  model = merge_for_compute(graphdef, params)
+  model = merge_for_compute(graphdef, params, rules=SAMPLING_RULES)
   # The prompt attends over its own Pb slots only; the empty rest of the cache is appended afterwards.
   cache = KVCache.init(model.config, ids.shape[0], ids.shape[1], cache_dtype)
   hidden, cache = model.model(ids, mask, cache=cache)
-  return cache.padded(max_length), model.logits(hidden[:, -1])  # left padding: last column is real
+  # Left padding: the last column is real.
+  return cache.padded(max_length, model.config.num_key_value_heads), model.logits(hidden[:, -1])
 
 
 def _extend(graphdef, params, cache, last_logits, ids, mask):
-  model = merge_for_compute(graphdef, params)
+  model = merge_for_compute(graphdef, params, rules=SAMPLING_RULES)
   hidden, cache = model.model(ids, mask, cache=cache)
   n = mask.sum(axis=1)
   last_hidden = hidden[jnp.arange(ids.shape[0]), jnp.maximum(n - 1, 0)]
@@ -44,7 +55,7 @@ def _decode(graphdef, params, cache, last_logits, budgets, stops, rng, *, sampli
             width, pad_id):
   """One segment. `stops` int32 `[N, K]` packed stop sequences (`stop_sequences.pack`); each row's window of
   its last K tokens of this segment starts empty, so only this segment's tokens can complete a stop."""
-  model = merge_for_compute(graphdef, params)
+  model = merge_for_compute(graphdef, params, rules=SAMPLING_RULES)  # a no-op on `_sampling_weights`' output
   head = model.head_kernel()
   b = budgets.shape[0]
   max_steps = jnp.max(budgets)
@@ -80,6 +91,7 @@ def _decode(graphdef, params, cache, last_logits, budgets, stops, rng, *, sampli
   return cache, logits, tokens, logprobs, count, reason
 
 
+sampling_weights_jit = jax.jit(_sampling_weights, static_argnums=0)
 prefill_jit = jax.jit(_prefill, static_argnums=0, static_argnames=("max_length", "cache_dtype"))
 extend_jit = jax.jit(_extend, static_argnums=0, donate_argnums=(2, 3))
 decode_jit = jax.jit(_decode, static_argnums=0, donate_argnums=(2, 3),

@@ -22,8 +22,8 @@ import numpy as np
 from jax.sharding import Mesh
 
 from agent_r1_jax.models.config import Qwen2Config
-from agent_r1_jax.models.kv_cache import KEY_AXES, VALUE_AXES, KVCache
-from agent_r1_jax.models.sharding import logical_to_spec
+from agent_r1_jax.models.kv_cache import KVCache, kv_axes
+from agent_r1_jax.models.sharding import SAMPLING_RULES, logical_to_spec, state_shardings
 from agent_r1_jax.sampling import buckets, multihost, programs
 from agent_r1_jax.sampling import stop_sequences as stops_lib
 from agent_r1_jax.sampling.params import SamplingParams
@@ -116,6 +116,22 @@ class Sampler:
 
   # -- public API ------------------------------------------------------------------------------
 
+  def prepare(self, params):
+    """`params` as every sampler call reads them: cast to the compute dtype and gathered over fsdp, once.
+
+    Pass the result to prefill / extend / decode / continue_ for a whole rollout: each call would otherwise cast
+    and gather the weights itself (the results are the same). One jitted call on every process.
+    """
+    return self._run(programs.sampling_weights_jit, self.graphdef, params)
+
+  def abstract_prepared(self, params):
+    """`prepare(params)` as abstract arrays with their shardings (for `lower`), from abstract `params`."""
+    shapes = jax.eval_shape(programs.sampling_weights_jit, self.graphdef, params)
+    if self.mesh is None:
+      return shapes
+    shardings = state_shardings(shapes, self.mesh, SAMPLING_RULES)
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
+
   def prefill(self, params, prompt_ids, prompt_mask) -> SamplerState:
     """Encodes left-padded prompts `[B, P]` (mask 1 = real) into a fresh cache.
 
@@ -200,8 +216,9 @@ class Sampler:
     pb = min(buckets.prompt_bucket(prompt_length), self.max_cache_length)
     rows_of = lambda shape, dtype, names=None: self._abstract(shape, dtype, names or ("batch",) + (None,) * (len(shape) - 1))
     cache = jax.eval_shape(lambda: KVCache.init(self.config, bb, self.max_cache_length, self.cache_dtype))
-    cache = KVCache(k=tuple(rows_of(a.shape, a.dtype, KEY_AXES) for a in cache.k),
-                    v=tuple(rows_of(a.shape, a.dtype, VALUE_AXES) for a in cache.v),
+    names = kv_axes(self.config.num_key_value_heads, dict(self.mesh.shape).get("tensor", 1) if self.mesh else 1)
+    cache = KVCache(k=tuple(rows_of(a.shape, a.dtype, names) for a in cache.k),
+                    v=tuple(rows_of(a.shape, a.dtype, names) for a in cache.v),
                     valid=rows_of(cache.valid.shape, cache.valid.dtype), lengths=rows_of((bb,), jnp.int32),
                     cursor=rows_of((bb,), jnp.int32))
     logits = rows_of((bb, self.config.vocab_size), jnp.float32)

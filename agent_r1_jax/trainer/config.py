@@ -29,6 +29,7 @@ Algorithms differ only in these fields (the trainer never branches on the algori
 
 from __future__ import annotations
 
+import math
 import pathlib
 
 import jax
@@ -75,6 +76,9 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # Print the plan and compile every program of a step at this config's shapes (no weights), then exit.
   c.dry_run = False
   c.dry_run_memory_gb = 16.0                    # per-device budget of the verdict (16: TPU v5e, 80: H100)
+  # A TPU slice to compile the dry run for with libtpu (e.g. "v5e:2x4"); "": XLA:CPU's estimate on this host.
+  c.dry_run_topology = ""
+  c.dry_run_report = ""                         # path of the dry run's JSON report ("": print only)
   # Real presets refuse to train on the host CPU (a jaxlib without the accelerator); True allows it.
   c.allow_cpu = False
   # Start RL from another run's step-0 policy (its workdir) or a Hugging Face directory instead of warming up:
@@ -153,6 +157,9 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.rollout.top_p = 1.0
   c.rollout.top_k = 0
   c.rollout.cache_dtype = "float32"
+  # Rows one device samples at a time (0: all of the step's rows at once): a step whose KV cache would not fit a
+  # chip samples its prompts in successive waves of max_rows_per_device x (mesh.data x mesh.fsdp) rows.
+  c.rollout.max_rows_per_device = 0
 
   # ---- algorithm ---------------------------------------------------------------------------------------
   c.algorithm = config_dict.ConfigDict()
@@ -313,7 +320,10 @@ def validate(c: config_dict.ConfigDict) -> None:
   if c.data.source == "multihopqa" and not c.data.prepared_dir and not c.dry_run:
     raise ValueError("data.source='multihopqa' needs --config.data.prepared_dir (the output folder of "
                      "`python -m agent_r1_jax.data.prepare_multihopqa`)")
-  _check_batch_split(c, batch_devices(c, jax.device_count()), jax.process_count())
+  _check_dry_run_fields(c)
+  if not c.dry_run_topology:  # else the dry run checks the split over the slice's devices (check_topology_mesh)
+    _check_batch_split(c, batch_devices(c, jax.device_count()), jax.process_count())
+    prompts_per_wave(c, jax.device_count(), jax.process_count())
   estimator = rl.get_estimator(c.algorithm.adv_estimator)  # what it needs, as registered
   if estimator.needs_group_ids and c.rollout.n_samples < 2:
     raise ValueError(f"{estimator.name} compares samples of the same prompt: set "
@@ -343,6 +353,45 @@ def validate(c: config_dict.ConfigDict) -> None:
       raise ValueError(f"sft.adam_b2 must be a number in (0, 1) (AdamW's second-moment decay), got {c.sft.adam_b2!r}")
   if c.rollout.max_context_length < c.rollout.max_prompt_length + 1:
     raise ValueError("rollout.max_context_length must exceed rollout.max_prompt_length")
+
+
+def _check_dry_run_fields(c: config_dict.ConfigDict) -> None:
+  """`dry_run_topology` and `dry_run_report` are strings that only a dry run reads (the topology's name is
+  checked by libtpu when the dry run starts: `trainer.tpu.topology_devices`)."""
+  for name in ("dry_run_topology", "dry_run_report"):
+    if not isinstance(c[name], str):
+      raise ValueError(f"{name} must be a string, got {c[name]!r}")
+    if c[name] and not c.dry_run:
+      raise ValueError(f"{name}={c[name]!r} is read by the dry run only: add --config.dry_run=True (or unset it)")
+
+
+def check_topology_mesh(c: config_dict.ConfigDict, device_count: int) -> None:
+  """With `dry_run_topology`: `c.mesh` spans the slice's `device_count` devices (a -1 size fills them, fixed
+  sizes must multiply to it) and the batch splits over them as on the hardware. One ValueError naming the fix."""
+  sizes = dict(c.mesh)
+  product = math.prod(sizes.values())
+  if -1 not in sizes.values() and product != device_count:
+    fsdp = max(device_count // (sizes["data"] * sizes["tensor"]), 1)  # what fsdp=-1 fills
+    hint = _micro_batch_hint(c, sizes["data"] * fsdp)
+    raise ValueError(f"mesh {sizes} spans {product} device(s), dry_run_topology={c.dry_run_topology!r} has "
+                     f"{device_count}: set --config.mesh.fsdp=-1 (fills the slice){hint}")
+  _check_batch_split(c, batch_devices(c, device_count), 1)
+  prompts_per_wave(c, device_count, 1)
+
+
+def _micro_batch_hint(c: config_dict.ConfigDict, devices: int) -> str:
+  """" and --config.actor.micro_batch_size_per_device=N": the largest size <= the configured one whose
+  micro-batches divide the mini-batch over `devices` batch devices, for each section that needs a change."""
+  mini = c.trainer.batch_size * c.rollout.n_samples // c.actor.num_mini_batches
+  hints = []
+  for section in ("actor", "critic") if c.algorithm.use_critic else ("actor",):
+    per_device = c[section].micro_batch_size_per_device
+    if mini % (per_device * devices) == 0:
+      continue
+    fits = [p for p in range(per_device, 0, -1) if mini % (p * devices) == 0]
+    hints.append(f"--config.{section}.micro_batch_size_per_device={fits[0]}" if fits else
+                 f"a mini-batch of {mini} rows that splits over {devices} devices (trainer.batch_size)")
+  return "".join(f" and {h}" for h in hints)
 
 
 def batch_devices(c: config_dict.ConfigDict, device_count: int) -> int:
@@ -383,3 +432,20 @@ def micro_batches(c: config_dict.ConfigDict, section: str, rows: int, device_cou
 def loss_agg_horizon(c: config_dict.ConfigDict) -> int:
   """H of seq-mean-token-sum-norm: `algorithm.loss_agg_horizon`, default `rollout.max_response_length`."""
   return c.algorithm.loss_agg_horizon or c.rollout.max_response_length
+
+
+def prompts_per_wave(c: config_dict.ConfigDict, device_count: int, process_count: int) -> int:
+  """Prompts one process samples per rollout wave: `rollout.max_rows_per_device` rows on each of the batch
+  devices, in whole groups of `rollout.n_samples`, split over the processes (0: one wave of every prompt)."""
+  per_device = c.rollout.max_rows_per_device
+  if not isinstance(per_device, int) or per_device < 0:
+    raise ValueError(f"rollout.max_rows_per_device must be an integer >= 0 (0: every row at once), got {per_device!r}")
+  if not per_device:
+    return 0
+  rows = per_device * batch_devices(c, device_count)
+  if rows % (c.rollout.n_samples * process_count):
+    raise ValueError(f"rollout.max_rows_per_device = {per_device} on {batch_devices(c, device_count)} batch devices "
+                     f"makes waves of {rows} rows, which must hold whole groups of rollout.n_samples = "
+                     f"{c.rollout.n_samples} on each of {process_count} process(es): choose max_rows_per_device so "
+                     f"that waves are a multiple of {c.rollout.n_samples * process_count} rows")
+  return rows // c.rollout.n_samples // process_count
