@@ -53,7 +53,17 @@ FIELD_NOTES = {
     "data.instruction": "The line after `Question: ...` in the user turn (empty: none).",
     "model.path": "Local Hugging Face checkpoint directory (real presets; `qwen2`/`llama` model types).",
     "model.tokenizer_path": "Tokenizer directory (default: `model.path`, or the synthetic world's tokenizer).",
-    "dry_run_memory_gb": "Per-device memory budget of the dry run's verdict (16: TPU v5e, 80: H100).",
+    "dry_run_memory_gb": "Per-device memory budget of the XLA:CPU dry run's verdict (16: TPU v5e, 80: H100); "
+                         "with `dry_run_topology` the budget is the HBM XLA:TPU allows one device instead.",
+    "dry_run_topology": "A TPU slice the dry run compiles for with XLA:TPU (libtpu, `pip install -e "
+                        "\".[tpu]\"`), named as libtpu names it: `v5e:2x2`, `v5e:2x4`, `v5e:4x8`, `v6e:2x4`, "
+                        "`v4:2x2x1`, `v5p:2x2x1`, `tpu7x:2x2x1`; empty: XLA:CPU's estimate on this host. The "
+                        "mesh must span the slice: a `-1` size fills it, fixed sizes must multiply to its device "
+                        "count (else one error naming `--config.mesh.fsdp=-1`; the tiny preset's 1-device mesh "
+                        "needs it). Needs `dry_run=True`.",
+    "dry_run_report": "Path the dry run writes its figures to as JSON (topology, chip, budget, mesh, per program: "
+                      "bytes, FLOPs, fits, compile and roofline seconds); empty: print only. Needs "
+                      "`dry_run=True`.",
     "env.max_tool_response_length": "Characters of one tool output kept, before the chat framing.",
     "rollout.max_observation_tokens": "Tokens of one observation kept (None: only the response budget limits "
                                       "it).",

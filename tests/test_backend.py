@@ -58,9 +58,12 @@ def test_real_preset_on_cpu_is_refused_by_the_cli_with_one_message(tmp_path):
   errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
   assert len(errors) == 1, result.stderr
   message = errors[0]
-  for needed in ("qwen2.5-0.5b", "needs a TPU or GPU", "backend: cpu", "CPU-only jaxlib", 'pip install -e ".[tpu]"',
+  for needed in ("qwen2.5-0.5b", "needs a TPU or GPU", "backend: cpu", 'pip install -e ".[tpu]"',
                  'pip install -e ".[cuda12]"', "--config.allow_cpu=True", "JAX_PLATFORMS=cpu"):
     assert needed in message, (needed, message)
+  # The test requirements install libtpu (the TPU dry run compiles with it), so the jaxlib reason shows only
+  # where no plugin is installed (its wording is checked in-process below).
+  assert ("CPU-only jaxlib" in message) == (not backend.installed_plugins()), message
   assert not workdir.exists()  # refused before the trainer made or read anything
 
 
@@ -96,9 +99,11 @@ def test_refusal_says_when_a_plugin_is_installed_but_finds_no_device(tmp_path, m
   assert "CPU-only jaxlib" not in message and "JAX_PLATFORMS" not in message
 
 
-def test_no_accelerator_plugin_is_installed_here():
-  # The premise of the CLI test's "CPU-only jaxlib" wording: this test environment has plain `pip install -e .`.
-  assert backend.installed_plugins() == []
+def test_refusal_names_the_cpu_only_jaxlib_when_no_plugin_is_installed(tmp_path, monkeypatch):
+  monkeypatch.setattr(backend, "installed_plugins", lambda: [])
+  monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+  with pytest.raises(ValueError, match=r"pip installed the CPU-only jaxlib.*\.\[tpu\]"):
+    backend.check_accelerator(_real_config(tmp_path))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -206,25 +206,41 @@ def test_workdir_with_an_incompatible_checkpoint_is_refused(tmp_path):
     loop.train(wider, tmp_path)
 
 
-def test_dry_run_cli_compiles_every_program_and_gives_a_verdict():
+def test_dry_run_cli_compiles_every_program_and_gives_a_verdict(tmp_path):
   """PPO's dry run through the CLI on the tiny preset with 8 simulated devices: one row per program of a
-  step (the critic's two included), each with XLA's compiled figures and the plan, and the verdict against
-  --config.dry_run_memory_gb; no weights, no workdir."""
+  step (the critic's two included), each with XLA's compiled figures, the plan, FLOPs and bytes, and a verdict
+  against --config.dry_run_memory_gb that follows the measured peaks: 0.1 GiB lies between the log-prob
+  passes' peaks and the updates', so some rows fit and some do not, and the verdict names exactly those."""
+  report_path = tmp_path / "report.json"
   out = subprocess.run(
       [sys.executable, "-m", "agent_r1_jax.train", "--config=configs/ppo_multihopqa.py", "--config.dry_run=True",
-       "--config.mesh.fsdp=-1", "--config.trainer.batch_size=64", "--config.dry_run_memory_gb=0.001"],
+       "--config.mesh.fsdp=-1", "--config.trainer.batch_size=64", "--config.dry_run_memory_gb=0.1",
+       f"--config.dry_run_report={report_path}"],
       cwd=REPO, capture_output=True, text=True, timeout=600,
       env=dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"))
   assert out.returncode == 0, out.stderr[-3000:]
   lines = out.stdout.splitlines()
   assert any(line.startswith("mesh: data=1 fsdp=8 tensor=1 on 8 cpu devices") for line in lines), out.stdout
+  assert "these figures are an estimate from XLA:CPU" in out.stdout
+  report = json.loads(report_path.read_text())
+  assert report["topology"] is None and report["chip"] is None and report["chip_hbm_bytes"] == int(0.1 * 2**30)
+  budget = report["chip_hbm_bytes"]
+  programs = {p["name"]: p for p in report["programs"]}
   for program in ("prefill", "extend", "decode", "logprobs", "ref_logprobs", "values", "critic_update",
                   "actor_update"):
     row = next((line.split() for line in lines if line.split()[:1] == [program]), None)
-    assert row is not None and len(row) == 11, (program, out.stdout)
+    assert row is not None and len(row) == 15, (program, out.stdout)
     args, outputs, donated, temps, total, plan = (float(v) for v in row[1:7])
     assert abs(total - (args + outputs - donated + temps)) <= 0.02 and total > 0 and plan > 0, row
-  assert "verdict: does NOT fit in 0.0 GiB per device" in out.stdout
+    p = programs[program]
+    assert p["peak"] == p["total"] + p["resident"] and p["flops"] > 0 and p["bytes_accessed"] > 0
+    assert p["fits"] is (p["peak"] <= budget) and row[-2] == ("yes" if p["fits"] else "no"), (row, p)
+    assert abs(float(row[10]) - p["flops"] / 1e9) <= 1e-3 and row[12] == "-", row  # GFLOP; no chip, no roofline
+  over = [name for name, p in programs.items() if not p["fits"]]
+  assert over and len(over) < len(programs)  # the budget splits the programs: the verdict depends on the peaks
+  verdict = next(line for line in lines if line.startswith("verdict:"))
+  assert verdict.startswith("verdict: does NOT fit in 0.10 GiB per device") and report["fits"] is False
+  assert [name for name in programs if f" {name} " in verdict] == over, verdict
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

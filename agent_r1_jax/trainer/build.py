@@ -7,6 +7,7 @@ sampled and scored the same way wherever it runs.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -31,17 +32,19 @@ _MODEL_FINGERPRINT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "
 # Construction.
 
 
-def build_mesh(c: config_dict.ConfigDict):
-  """The (data, fsdp, tensor) mesh of `c.mesh`; fixed sizes whose product is below the device count use the
-  first devices only (e.g. a 1-device run on a host with 8), a -1 size fills all devices."""
+def build_mesh(c: config_dict.ConfigDict, devices: Sequence[Any] | None = None):
+  """The (data, fsdp, tensor) mesh of `c.mesh` over `devices` (default: `jax.devices()`; the dry run passes a
+  TPU topology's); fixed sizes whose product is below the device count use the first devices only (e.g. a
+  1-device run on a host with 8), a -1 size fills all devices."""
   sizes = dict(c.mesh)
+  devices = list(jax.devices() if devices is None else devices)
   if -1 in sizes.values():
-    return make_mesh(**sizes)
+    return make_mesh(**sizes, devices=devices)
   count = int(np.prod(list(sizes.values())))
-  if count > len(jax.devices()):
-    raise ValueError(f"mesh {sizes} needs {count} devices, {len(jax.devices())} are available; change "
+  if count > len(devices):
+    raise ValueError(f"mesh {sizes} needs {count} devices, {len(devices)} are available; change "
                      f"--config.mesh.*")
-  return make_mesh(**sizes, devices=jax.devices()[:count])
+  return make_mesh(**sizes, devices=devices[:count])
 
 
 def model_config(c: config_dict.ConfigDict, vocab_size: int) -> Qwen2Config:

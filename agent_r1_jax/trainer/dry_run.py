@@ -6,22 +6,36 @@ Every program one RL step runs is sized twice, side by side:
   compiled  XLA's own account: the program is AOT-lowered for abstract inputs (`jax.ShapeDtypeStruct`
             parameters, optimizer states, caches and batches, each with the sharding the run gives it; no
             array is allocated) and compiled for the configured mesh, and `Compiled.memory_analysis()`
-            gives its per-device argument, output and temporary bytes.
+            gives its per-device argument, output and temporary bytes, `Compiled.cost_analysis()` its FLOPs
+            and bytes accessed (the body of a loop counted once: per micro-batch, per logits block).
+
+Where it compiles:
+
+  XLA:CPU   (default) on this host's devices; on a CPU host a mesh of N simulated devices comes from
+            `XLA_FLAGS=--xla_force_host_platform_device_count=N`. An estimate: XLA:CPU lays out and schedules
+            differently from an accelerator. The verdict's budget is `--config.dry_run_memory_gb`.
+  XLA:TPU   with `--config.dry_run_topology=v5e:2x4` (libtpu, `trainer.tpu`): the mesh spans that slice's
+            devices and the TPU compiler itself sizes every program, as it would on the hardware (tiled
+            layouts, its scheduler). The budget is the HBM that compiler allows one device (15.75 GiB of a
+            v5e's 16); a program it refuses as too large becomes a "does not fit" row quoting its figure.
+            Each row also gets a roofline time per loop iteration from the chip's published peak and HBM
+            bandwidth (`trainer.roofline`).
 
 A program's peak is its compiled total (arguments + outputs - donated + temporaries) plus the state that
 stays resident on the device while it runs but is not one of its arguments (e.g. the optimizer state and
-the frozen reference during the rollout); the verdict compares the largest peak with
-`--config.dry_run_memory_gb`. Shapes are the configured limits (the longest prompt and response a step
-can hold, rows bucketed as the sampler buckets them), so the figures bound what any step of the run
-needs. On a CPU host a mesh of N simulated devices comes from
-`XLA_FLAGS=--xla_force_host_platform_device_count=N`.
+the frozen reference during the rollout); the run fits when every program's peak is within the budget.
+Shapes are the configured limits (the longest prompt and response a step can hold, rows bucketed as the
+sampler buckets them), so the figures bound what any step of the run needs. `--config.dry_run_report=PATH`
+writes the figures as JSON (`DryRunReport.to_json`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
+import pathlib
 import time
 from typing import Any
 
@@ -36,68 +50,159 @@ from agent_r1_jax.models import Qwen2Config
 from agent_r1_jax.rollout import RolloutConfig
 from agent_r1_jax.rollout.stop_strings import turn_stop_strings
 from agent_r1_jax.sampling import Sampler, SamplingParams, buckets
+from agent_r1_jax.sampling import programs as sampling_programs
 from agent_r1_jax.trainer import build
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import learner as learner_lib
-from agent_r1_jax.trainer import memory
+from agent_r1_jax.trainer import flops as flops_lib
+from agent_r1_jax.trainer import hlo_flops, memory, roofline, tpu
 
 _GIB = float(1 << 30)
 
 
 @dataclasses.dataclass
 class ProgramMemory:
-  """Per-device bytes of one compiled program, its analytic plan, and what stays resident beside it."""
+  """Per-device bytes and costs of one compiled program, its analytic plan, and what stays resident beside it.
+
+  A program the compiler refused as too large for the device (RESOURCE_EXHAUSTED) has no memory analysis:
+  its `arguments`, `outputs`, `temporaries`, `aliased`, `flops` and `bytes_accessed` are None, `error` holds the
+  message's first line and `required` the total the compiler said it needs (arguments, outputs and temporaries).
+  """
   name: str
-  arguments: int
-  outputs: int
-  temporaries: int
-  aliased: int                # output bytes that reuse donated argument buffers
+  arguments: int | None
+  outputs: int | None
+  temporaries: int | None
+  aliased: int | None         # output bytes that reuse donated argument buffers
   plan: float                 # analytic estimate of `total`
   resident: float             # state on the device during the program that is not one of its arguments
   compile_seconds: float
+  flops: float | None = None  # `cost_analysis()`: per device, a loop body counted once
+  bytes_accessed: float | None = None
+  required: int | None = None
+  error: str | None = None
+  # Updates: matmul FLOPs of one micro-batch per device, from the compiled HLO with every loop expanded
+  # (`hlo_flops`), beside the analytic count (`flops.update_flops`).
+  micro_flops: float | None = None
+  micro_flops_analytic: float | None = None
+  # Decode: the bytes one step must read per device (`memory.decode_step_bytes`), beside `bytes_accessed`.
+  must_read: float | None = None
 
   @property
-  def total(self) -> int:
+  def total(self) -> int | None:
+    if self.error is not None:
+      return self.required
     return self.arguments + self.outputs - self.aliased + self.temporaries
 
   @property
-  def peak(self) -> float:
-    return self.total + self.resident
+  def peak(self) -> float | None:
+    return None if self.total is None else self.total + self.resident
+
+  def fits(self, budget_bytes: float) -> bool:
+    return self.error is None and self.peak <= budget_bytes
 
 
 @dataclasses.dataclass
 class DryRunReport:
-  """What `dry_run` prints: the parameter count, the mesh, one row per program and the verdict."""
+  """What `dry_run` prints and writes: the parameter count, the mesh, one row per program and the verdict
+  against `budget_bytes` per device (`dry_run_memory_gb`, or with a TPU `topology` the HBM its compiler
+  allows one device of `chip`)."""
   num_params: int
   mesh: dict[str, int]
   programs: list[ProgramMemory]
   budget_bytes: float
+  topology: str | None = None
+  chip: roofline.Chip | None = None
 
   @property
   def peak(self) -> ProgramMemory:
-    return max(self.programs, key=lambda p: p.peak)
+    return max(self.programs, key=lambda p: math.inf if p.peak is None else p.peak)
 
   @property
   def fits(self) -> bool:
-    return self.peak.peak <= self.budget_bytes
+    return all(p.fits(self.budget_bytes) for p in self.programs)
+
+  def estimated_seconds(self, p: ProgramMemory) -> float | None:
+    """Roofline seconds of one loop iteration of `p` on the chip (None on XLA:CPU or for a refused program)."""
+    if self.chip is None or p.flops is None or p.bytes_accessed is None:
+      return None
+    return roofline.estimate_seconds(p.flops, p.bytes_accessed, self.chip)
 
   def table(self) -> str:
     head = (f"  {'program':<15s} {'args':>8s} {'outputs':>8s} {'donated':>8s} {'temps':>8s} {'total':>8s} "
-            f"{'plan':>8s} {'plan/xla':>8s} {'+resident':>9s} {'peak':>8s} {'compile':>8s}")
+            f"{'plan':>8s} {'plan/xla':>8s} {'+resident':>9s} {'peak':>8s} {'GFLOP':>9s} {'accessed':>8s} "
+            f"{'est ms':>8s} {'fits':>4s} {'compile':>8s}")
     lines = [head, "  " + "-" * (len(head) - 2)]
     for p in self.programs:
-      ratio = p.plan / p.total if p.total else float("nan")
-      lines.append(f"  {p.name:<15s} {p.arguments / _GIB:8.2f} {p.outputs / _GIB:8.2f} {p.aliased / _GIB:8.2f} "
-                   f"{p.temporaries / _GIB:8.2f} {p.total / _GIB:8.2f} {p.plan / _GIB:8.2f} {ratio:8.2f} "
-                   f"{p.resident / _GIB:9.2f} {p.peak / _GIB:8.2f} {p.compile_seconds:7.1f}s")
-    lines.append("  (GiB per device; total = args + outputs - donated + temps; peak = total + resident state)")
+      ratio = p.plan / p.total if p.total else None
+      seconds = self.estimated_seconds(p)
+      lines.append(f"  {p.name:<15s} {_cell(p.arguments)} {_cell(p.outputs)} {_cell(p.aliased)} "
+                   f"{_cell(p.temporaries)} {_cell(p.total)} {_cell(p.plan)} {_cell(ratio, 1)} "
+                   f"{_cell(p.resident, width=9)} {_cell(p.peak)} {_cell(p.flops, 1e9, 9, 3)} "
+                   f"{_cell(p.bytes_accessed, digits=3)} {_cell(seconds, 1e-3, digits=3)} "
+                   f"{'yes' if p.fits(self.budget_bytes) else 'no':>4s} {p.compile_seconds:7.1f}s")
+    lines.append("  (GiB per device; total = args + outputs - donated + temps; peak = total + resident state; GFLOP "
+                 "and accessed GiB per device from cost_analysis, a loop body counted once; est ms: roofline "
+                 "max(flops / peak FLOP/s, bytes / HBM bandwidth) of one loop iteration)")
+    for p in self.programs:
+      if p.error is not None:
+        lines.append(f"  {p.name}: {p.error}")
     return "\n".join(lines)
 
+  def checks(self) -> list[str]:
+    """The lines that set compiled figures beside what they should be: decode's bytes per step against the
+    bytes it must read, an update's FLOPs per micro-batch against the analytic count."""
+    lines = []
+    for p in self.programs:
+      if p.must_read and p.bytes_accessed:
+        lines.append(f"  {p.name}: {p.bytes_accessed / _GIB:.2f} GiB accessed per step (the compiler's count, "
+                     f"one-time work outside the loop included) / {p.must_read / _GIB:.2f} GiB it must read "
+                     f"(weights + KV cache) = {p.bytes_accessed / p.must_read:.2f}x")
+      if p.micro_flops and p.micro_flops_analytic:
+        lines.append(f"  {p.name}: {p.micro_flops / 1e12:.3f} TFLOP per micro-batch per device compiled (matmuls, "
+                     f"every loop expanded) / {p.micro_flops_analytic / 1e12:.3f} analytic (6 x parameters x tokens "
+                     f"+ attention + recompute) = {p.micro_flops / p.micro_flops_analytic:.2f}x")
+    return lines
+
   def verdict(self) -> str:
-    worst = self.peak
-    word = "fits" if self.fits else "does NOT fit"
-    return (f"verdict: {word} in {self.budget_bytes / _GIB:.1f} GiB per device (largest peak: {worst.name}, "
-            f"{worst.peak / _GIB:.2f} GiB)")
+    limit = (f"XLA:TPU's limit for one {self.chip.name} device of {self.topology}" if self.chip else
+             "--config.dry_run_memory_gb, against XLA:CPU's estimate")
+    budget = f"{self.budget_bytes / _GIB:.2f} GiB per device ({limit})"
+    if self.fits:
+      worst = self.peak
+      return f"verdict: fits in {budget}; largest peak: {worst.name}, {worst.peak / _GIB:.2f} GiB"
+    over = [p for p in self.programs if not p.fits(self.budget_bytes)]
+    needs = ", ".join(f"{p.name} {'?' if p.peak is None else f'{p.peak / _GIB:.2f}'} GiB"
+                      + (" (refused by the compiler)" if p.error else "") for p in over)
+    return f"verdict: does NOT fit in {budget}: {needs}"
+
+  def to_json(self) -> dict[str, Any]:
+    """The report as JSON values, bytes as ints (None where a refused program has no figure)."""
+    return {"topology": self.topology, "chip": None if self.chip is None else dataclasses.asdict(self.chip),
+            "chip_hbm_bytes": int(self.budget_bytes), "fits": self.fits, "mesh": dict(self.mesh),
+            "num_params": int(self.num_params), "programs": [self._program_json(p) for p in self.programs]}
+
+  def _program_json(self, p: ProgramMemory) -> dict[str, Any]:
+    out = {"name": p.name, "arguments": _int(p.arguments), "outputs": _int(p.outputs),
+           "temporaries": _int(p.temporaries), "aliased": _int(p.aliased), "total": _int(p.total),
+           "resident": _int(p.resident), "peak": _int(p.peak), "plan": _int(p.plan), "flops": _int(p.flops),
+           "bytes_accessed": _int(p.bytes_accessed), "fits": p.fits(self.budget_bytes),
+           "compile_seconds": p.compile_seconds, "estimated_seconds_per_iteration": self.estimated_seconds(p)}
+    if p.must_read is not None:
+      out["must_read_bytes"] = int(p.must_read)
+    if p.micro_flops is not None:
+      out.update(micro_batch_flops=p.micro_flops, micro_batch_flops_analytic=p.micro_flops_analytic)
+    if p.error is not None:
+      out["error"] = p.error
+    return out
+
+
+def _cell(value: float | None, unit: float = _GIB, width: int = 8, digits: int = 2) -> str:
+  """`value / unit` right-aligned in `width` columns, "-" for None."""
+  return f"{'-':>{width}s}" if value is None else f"{value / unit:{width}.{digits}f}"
+
+
+def _int(value: float | None) -> int | None:
+  return None if value is None else int(value)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -168,13 +273,39 @@ def _memory_scheduled() -> bool:
   return jax.default_backend() != "cpu" or _MEMORY_SCHEDULER_FLAG in os.environ.get("XLA_FLAGS", "")
 
 
-def _measure(name: str, lowered, plan: float, resident: float) -> ProgramMemory:
+def _measure(name: str, lowered, plan: float, resident: float, num_micro: int | None = None) -> ProgramMemory:
+  """Compiles `lowered` and reads its memory and cost analyses; a program the compiler refuses as too large
+  for the device becomes a row with the compiler's figure (`ProgramMemory.error`), other errors raise."""
   t0 = time.perf_counter()
-  stats = lowered.compile().memory_analysis()
+  try:
+    compiled = lowered.compile()
+  except jax.errors.JaxRuntimeError as e:
+    if not tpu.out_of_memory(e):
+      raise
+    first = str(e).strip().splitlines()[0]
+    sizes = tpu.parse_sizes(first)
+    return ProgramMemory(name=name, arguments=None, outputs=None, temporaries=None, aliased=None, plan=plan,
+                         resident=resident, compile_seconds=time.perf_counter() - t0,
+                         required=sizes[0] if sizes else None, error=first)
+  seconds = time.perf_counter() - t0
+  stats = compiled.memory_analysis()
+  flops, bytes_accessed = _cost(compiled)
+  micro_flops = None if num_micro is None else hlo_flops.matmul_flops(compiled.as_text()) / num_micro
   return ProgramMemory(name=name, arguments=int(stats.argument_size_in_bytes),
                        outputs=int(stats.output_size_in_bytes), temporaries=int(stats.temp_size_in_bytes),
                        aliased=int(stats.alias_size_in_bytes), plan=plan, resident=resident,
-                       compile_seconds=time.perf_counter() - t0)
+                       compile_seconds=seconds, flops=flops, bytes_accessed=bytes_accessed, micro_flops=micro_flops)
+
+
+def _cost(compiled) -> tuple[float | None, float | None]:
+  """(flops, bytes accessed) per device of a compiled program from XLA's cost analysis: the body of a
+  while loop (a scan over micro-batches or logits blocks) is counted once, not once per iteration."""
+  cost = compiled.cost_analysis()
+  if isinstance(cost, (list, tuple)):  # older JAX: one dict per partition
+    cost = cost[0] if cost else None
+  if not cost:
+    return None, None
+  return cost.get("flops"), cost.get("bytes accessed")
 
 
 def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, programs: tuple[str, ...] | None = None,
@@ -202,7 +333,9 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
   mini = abstract_batch(c, mesh, mini_rows, with_ref=with_ref, with_values=with_critic)
   held = {name: device_bytes(tree) for name, tree in state.items()}
   held["batch"] = device_bytes(batch)
-  shape = memory.RunShape.from_config(c, arch, dict(mesh.shape), rollout_rows=buckets.batch_bucket(rows),
+  # The sampler holds one wave's rows (`rollout.max_rows_per_device`), or the whole step's.
+  sampled_rows = config_lib.prompts_per_wave(c, devices, 1) * c.rollout.n_samples or rows
+  shape = memory.RunShape.from_config(c, arch, dict(mesh.shape), rollout_rows=buckets.batch_bucket(sampled_rows),
                                       extend_tokens=observation_tokens(c))
   plan = memory.plan_programs(shape)
 
@@ -213,14 +346,17 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
     sampler = Sampler(actor_graphdef, max_cache_length=RolloutConfig.from_config(c.rollout).cache_length,
                       stop_token_ids=stops, pad_id=0, cache_dtype=getattr(jnp, c.rollout.cache_dtype), mesh=mesh)
     sampling = SamplingParams(temperature=c.rollout.temperature, top_k=c.rollout.top_k, top_p=c.rollout.top_p)
-    return sampler.lower(actor, rows=rows, prompt_length=c.rollout.max_prompt_length,
+    return sampler.lower(sampler.abstract_prepared(actor), rows=sampled_rows, prompt_length=c.rollout.max_prompt_length,
                          extend_length=observation_tokens(c), width=c.rollout.max_new_tokens_per_turn,
                          sampling=sampling, only=name)
 
+  # The sampler's programs read the prepared weights (`Sampler.prepare`), the actor's own stay resident.
   candidates = [
-      ("prefill", lambda: sampler_program("prefill"), ("actor", "batch")),
-      ("extend", lambda: sampler_program("extend"), ("actor", "batch")),
-      ("decode", lambda: sampler_program("decode"), ("actor", "batch")),
+      ("sampling_weights", lambda: sampling_programs.sampling_weights_jit.lower(actor_graphdef, actor),
+       ("actor", "batch")),
+      ("prefill", lambda: sampler_program("prefill"), ("batch",)),
+      ("extend", lambda: sampler_program("extend"), ("batch",)),
+      ("decode", lambda: sampler_program("decode"), ("batch",)),
       ("logprobs", lambda: learner.logprobs.lower(actor, batch, num_micro=micro["actor"]), ("actor",)),
   ]
   if with_ref:
@@ -234,6 +370,8 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
   candidates.append(("actor_update", lambda: learner.actor_step.lower(actor, state["actor_opt"], mini,
                                                                       num_micro=mini_micro["actor"]),
                      ("actor", "actor_opt")))
+  # An update's micro-batch: its rows per device, through the actor's LM head or the critic's value head.
+  updates = {"actor_update": ("actor", True), "critic_update": ("critic", False)}
   measured = []
   for name, lower, uses in candidates:
     if programs is not None and name not in programs:
@@ -241,35 +379,98 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
     with jax.set_mesh(mesh):
       lowered = lower()
     resident = float(sum(v for k, v in held.items() if k not in uses))
-    measured.append(_measure(name, lowered, plan[name], resident))
+    section, lm_head = updates.get(name, (None, False))
+    measured.append(_measure(name, lowered, plan[name], resident, mini_micro[section] if section else None))
+    if section and measured[-1].micro_flops is not None:
+      measured[-1].micro_flops_analytic = flops_lib.update_flops(
+          arch, rows=c[section].micro_batch_size_per_device, prompt_length=c.rollout.max_prompt_length,
+          response_length=c.rollout.max_response_length, remat=bool(c.model.remat),
+          attention_chunk=c.model.attention_chunk_size, logits_chunk=c.model.logits_chunk_size,
+          lm_head=lm_head) / mesh.shape["tensor"]
+    if name == "decode":
+      measured[-1].must_read = memory.decode_step_bytes(shape)
     if log:
       log(f"  compiled {name} in {measured[-1].compile_seconds:.1f} s")
   return measured, held
 
 
-def dry_run(c: config_dict.ConfigDict, *, verbose: bool = True) -> DryRunReport:
-  """Plans and compiles every program of one step of `c` on its mesh; prints the table and the verdict."""
-  arch = _architecture(c)
-  mesh = build.build_mesh(c)
+@dataclasses.dataclass(frozen=True)
+class _Target:
+  """What the programs compile for: this host's devices (XLA:CPU) or a TPU slice's, and the verdict's budget."""
+  devices: list[Any] | None     # None: jax.devices()
+  chip: roofline.Chip | None
+  budget_bytes: float
+
+
+def _target(c: config_dict.ConfigDict) -> _Target:
+  """`dry_run_topology`'s devices, chip and compiler-allowed HBM per device (one ValueError for a name libtpu
+  rejects or a mesh that does not span the slice); without one, this host and `dry_run_memory_gb`."""
+  if not c.dry_run_topology:
+    return _Target(devices=None, chip=None, budget_bytes=float(c.dry_run_memory_gb) * _GIB)
+  devices = tpu.topology_devices(c.dry_run_topology)
+  chip = tpu.chip_of(devices)
+  config_lib.check_topology_mesh(c, len(devices))
+  budget = tpu.compiler_hbm_bytes(devices, fallback=chip.compiler_hbm_bytes)
+  return _Target(devices=devices, chip=chip, budget_bytes=float(budget))
+
+
+def _describe_devices(c: config_dict.ConfigDict, target: _Target, mesh) -> str:
+  if target.chip is None:
+    return f"{mesh.devices.size} {jax.devices()[0].platform} devices"
+  chips = tpu.slice_chips(target.devices, target.chip)
+  return f"{c.dry_run_topology}: {mesh.devices.size} {target.devices[0].device_kind!r} devices on {chips} chips"
+
+
+def _waves(c: config_dict.ConfigDict, mesh) -> str:
+  wave = config_lib.prompts_per_wave(c, mesh.devices.size, 1) * c.rollout.n_samples
+  return f", sampled in waves of {wave}" if wave and wave < c.trainer.batch_size * c.rollout.n_samples else ""
+
+
+def _log_header(c: config_dict.ConfigDict, arch: Qwen2Config, target: _Target, mesh, log) -> None:
   sizes = dict(mesh.shape)
   rows = c.trainer.batch_size * c.rollout.n_samples
-  log = (lambda line: print(line, flush=True)) if verbose else None
-  if log:
-    log(f"model: {c.model.shape_preset or c.model.path or 'tiny'}  parameters: {arch.num_params():,} "
-        f"({arch.num_params() / 1e9:.2f} B)")
-    log(f"mesh: data={sizes['data']} fsdp={sizes['fsdp']} tensor={sizes['tensor']} on {mesh.devices.size} "
-        f"{jax.devices()[0].platform} devices  rollout rows per step: {rows} (mini-batch "
-        f"{rows // c.actor.num_mini_batches}; micro-batch {c.actor.micro_batch_size_per_device} per device)  "
-        f"context {c.rollout.max_prompt_length} + {c.rollout.max_response_length}")
-  if log and not _memory_scheduled():
+  log(f"model: {c.model.shape_preset or c.model.path or 'tiny'}  parameters: {arch.num_params():,} "
+      f"({arch.num_params() / 1e9:.2f} B)")
+  log(f"mesh: data={sizes['data']} fsdp={sizes['fsdp']} tensor={sizes['tensor']} on "
+      f"{_describe_devices(c, target, mesh)}  rollout rows per step: {rows}{_waves(c, mesh)} (mini-batch "
+      f"{rows // c.actor.num_mini_batches}; micro-batch {c.actor.micro_batch_size_per_device} per device)  "
+      f"context {c.rollout.max_prompt_length} + {c.rollout.max_response_length}")
+  if target.chip is not None:
+    log(f"chip: {target.chip.describe()}; XLA:TPU allows {target.budget_bytes / _GIB:.2f} GiB per device: the "
+        f"verdict's budget")
+    return
+  log("note: these figures are an estimate from XLA:CPU, whose layouts and schedule differ from an "
+      "accelerator's; --config.dry_run_topology=v5e:2x4 (or another TPU slice) compiles with XLA:TPU")
+  if not _memory_scheduled():
     log(f"note: XLA:CPU schedules for concurrency here and keeps more buffers alive than an accelerator would; "
         f"set XLA_FLAGS={_MEMORY_SCHEDULER_FLAG} (the train CLI does) for representative figures")
-  measured, held = size_programs(c, arch, mesh, log=log)
-  report = DryRunReport(num_params=arch.num_params(), mesh=sizes, programs=measured,
-                        budget_bytes=float(c.dry_run_memory_gb) * _GIB)
+
+
+def dry_run(c: config_dict.ConfigDict, *, verbose: bool = True) -> DryRunReport:
+  """Plans and compiles every program of one step of `c` on its mesh (over `dry_run_topology`'s TPU devices
+  when set, else this host's); prints the table and the verdict, and writes `dry_run_report` when set."""
+  arch = _architecture(c)
+  target = _target(c)
+  mesh = build.build_mesh(c, devices=target.devices)
+  log = (lambda line: print(line, flush=True)) if verbose else None
   if log:
-    log("per-device memory, XLA's compiled figures beside the analytic plan:")
+    _log_header(c, arch, target, mesh, log)
+  measured, held = size_programs(c, arch, mesh, log=log)
+  report = DryRunReport(num_params=arch.num_params(), mesh=dict(mesh.shape), programs=measured,
+                        budget_bytes=target.budget_bytes, topology=c.dry_run_topology or None, chip=target.chip)
+  if log:
+    log(f"per-device memory and cost, XLA:{'TPU' if target.chip else 'CPU'}'s compiled figures beside the "
+        f"analytic plan:")
     log(report.table())
+    for line in report.checks():
+      log(line)
     log("resident state per device: " + ", ".join(f"{k} {v / _GIB:.2f} GiB" for k, v in held.items()))
+  if c.dry_run_report:
+    path = pathlib.Path(c.dry_run_report).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    if log:
+      log(f"report: {path}")
+  if log:
     log(report.verdict())
   return report

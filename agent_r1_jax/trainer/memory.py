@@ -6,9 +6,9 @@ width F, heads H, KV heads K of width d_h, vocabulary V; a dimension the tensor 
 
   parameters    N * bytes(param) / (fsdp * tensor)            (AdamW moments: 2 x 4 bytes, gradients: 4)
   gathered      with fsdp > 1 weights are all-gathered in the compute dtype where used: the embedding /
-                LM head (V * D) in every program; in decode every layer's, gathered once for the whole
-                loop (hoisted out of it); in an update every layer's, with its float32 gradient
-                (the gradients are reduce-scattered together at the end)
+                LM head (V * D) in every learner pass; the sampler's programs read every weight gathered
+                once per rollout (N * bytes(compute) / tensor: `Sampler.prepare`); in an update every
+                layer's, with its float32 gradient (the gradients are reduce-scattered together at the end)
   KV cache      2 * L * b * S * K * d_h * bytes(cache)         S = cache slots (prompt bucket + R)
   attention     dense: b * H * T_q * T_k * 4 * 2               float32 scores and softmax weights, one layer
                 blocked (C = model.attention_chunk_size):     one block of C queries x C keys (scores,
@@ -19,9 +19,10 @@ width F, heads H, KV heads K of width d_h, vocabulary V; a dimension the tensor 
 
 and each program holds:
 
-  prefill       params, ids -> cache of the prompt bucket, padded to S; one layer's prompt attention
-  extend        params, cache, observation ids -> one layer's attention of T_obs new tokens over S slots
-  decode        params, cache, [b, V] logits -> per step: sampling's [b, V] float32 temporaries
+  sampling_weights  params -> the weights in the compute dtype, gathered over fsdp (once per rollout)
+  prefill       sampling weights, ids -> cache of the prompt bucket, padded to S; one layer's prompt attention
+  extend        sampling weights, cache, observation ids -> one layer's attention of T_obs new tokens over S slots
+  decode        sampling weights, cache, [b, V] logits -> per step: sampling's [b, V] float32 temporaries
   logprobs     params, the learner batch -> one micro-batch's forward (one layer's working set, the final
                 hidden states) and one logits block; outputs [rows, R] log-probs (and entropy)
   values        the same through the critic, without logits
@@ -173,12 +174,14 @@ def plan_programs(s: RunShape) -> dict[str, float]:
              else a.num_hidden_layers * (z.layer(m, seq) + z.attention(m, seq, seq) / 2))
     return 2 * grads + saved + 1.5 * z.attention(m, seq, seq) + 2 * z.layer(m, seq)
 
+  prepared = a.num_params() * s.compute_bytes / s.tensor  # the sampling weights (`Sampler.prepare`)
   plan = {
-      "prefill": z.params + head + z.kv_cache(b, s.prompt_bucket) + cache + logits_rows
+      "sampling_weights": z.params + prepared,
+      "prefill": prepared + z.kv_cache(b, s.prompt_bucket) + cache + logits_rows
                  + z.attention(b, s.prompt_bucket, s.prompt_bucket) + z.layer(b, s.prompt_bucket),
-      "extend": z.params + head + cache + 2 * logits_rows + z.attention(b, s.extend_bucket, s.cache_length)
+      "extend": prepared + cache + 2 * logits_rows + z.attention(b, s.extend_bucket, s.cache_length)
                 + z.layer(b, s.extend_bucket),
-      "decode": z.params + z.gathered_weights(s.compute_bytes) + cache + logits_rows + sampling
+      "decode": prepared + cache + logits_rows + sampling
                 + b * s.segment_width * 8 + z.attention(b, 1, s.cache_length),
       "logprobs": z.params + head + z.batch(s.learner_rows) + 2 * z.rows(s.learner_rows) * s.response_length * 4
                    + forward(s.actor_micro) + z.logits_block(s.actor_micro),
@@ -193,3 +196,16 @@ def plan_programs(s: RunShape) -> dict[str, float]:
     plan["critic_update"] = (z.params + z.gathered_weights(s.compute_bytes + 4) + adam + z.batch(s.mini_rows)
                              + backward(s.critic_micro) + 2 * values)
   return plan
+
+
+def decode_step_bytes(s: RunShape) -> float:
+  """Bytes one decode step must read per device: every weight the step multiplies by, in the compute dtype and
+  the sampling sharding (whole over fsdp, split by tensor: `models.sharding.SAMPLING_RULES`), plus the KV cache of
+  the device's rows that the step attends over (all S slots: the cache is read whole, valid or not).
+
+  An untied embedding is read only at the sampled tokens' rows, so it is left out; a tied one is the LM head.
+  """
+  a = s.arch
+  weights = a.num_params() - (0 if a.tie_word_embeddings else a.vocab_size * a.hidden_size)
+  z = _Sizes(s)
+  return weights * s.compute_bytes / s.tensor + z.kv_cache(z.rows(s.rollout_rows), s.cache_length)
