@@ -22,7 +22,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 GIB = 1 << 30
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason='libtpu is not installed (pip install -e ".[tpu]")')
-GRPO_PROGRAMS = ["prefill", "extend", "decode", "logprobs", "ref_logprobs", "actor_update"]
+GRPO_PROGRAMS = ["sampling_weights", "prefill", "extend", "decode", "logprobs", "ref_logprobs", "actor_update"]
 
 # The tiny GRPO preset at shapes every per-chip shard of which is whole TPU tiles on a 4-chip fsdp mesh (last dim
 # a multiple of 128, the one before a multiple of 8; 1-D arrays whole 1024s), so XLA:TPU's layout pads nothing

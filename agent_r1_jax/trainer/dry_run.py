@@ -80,10 +80,11 @@ class ProgramMemory:
   bytes_accessed: float | None = None
   required: int | None = None
   error: str | None = None
-  # Updates: matmul FLOPs of one micro-batch per device, from the compiled HLO with every loop expanded
-  # (`hlo_flops`), beside the analytic count (`flops.update_flops`).
-  micro_flops: float | None = None
+  # Matmul FLOPs per device of one iteration (a learner pass's micro-batch, a decode step, else the whole call)
+  # from the compiled HLO with every inner loop expanded (`hlo_flops`); for an update, the analytic count beside.
+  iteration_flops: float | None = None
   micro_flops_analytic: float | None = None
+  iterations_per_step: int = 1  # how often one RL step runs that iteration (the step-time estimate)
   # Decode: the bytes one step must read per device (`memory.decode_step_bytes`), beside `bytes_accessed`.
   must_read: float | None = None
 
@@ -121,6 +122,16 @@ class DryRunReport:
   def fits(self) -> bool:
     return all(p.fits(self.budget_bytes) for p in self.programs)
 
+  def step_seconds(self) -> dict[str, float] | None:
+    """Roofline seconds of one RL step per program (and `total`): each iteration at max(its loop-expanded
+    FLOPs / peak, its bytes / bandwidth), times the iterations a step runs. None on XLA:CPU."""
+    if self.chip is None or any(p.iteration_flops is None or p.bytes_accessed is None for p in self.programs):
+      return None
+    out = {p.name: roofline.estimate_seconds(p.iteration_flops, p.bytes_accessed, self.chip,
+                                             iterations=p.iterations_per_step) for p in self.programs}
+    out["total"] = sum(out.values())
+    return out
+
   def estimated_seconds(self, p: ProgramMemory) -> float | None:
     """Roofline seconds of one loop iteration of `p` on the chip (None on XLA:CPU or for a refused program)."""
     if self.chip is None or p.flops is None or p.bytes_accessed is None:
@@ -157,10 +168,16 @@ class DryRunReport:
         lines.append(f"  {p.name}: {p.bytes_accessed / _GIB:.2f} GiB accessed per step (the compiler's count, "
                      f"one-time work outside the loop included) / {p.must_read / _GIB:.2f} GiB it must read "
                      f"(weights + KV cache) = {p.bytes_accessed / p.must_read:.2f}x")
-      if p.micro_flops and p.micro_flops_analytic:
-        lines.append(f"  {p.name}: {p.micro_flops / 1e12:.3f} TFLOP per micro-batch per device compiled (matmuls, "
-                     f"every loop expanded) / {p.micro_flops_analytic / 1e12:.3f} analytic (6 x parameters x tokens "
-                     f"+ attention + recompute) = {p.micro_flops / p.micro_flops_analytic:.2f}x")
+      if p.iteration_flops and p.micro_flops_analytic:
+        lines.append(f"  {p.name}: {p.iteration_flops / 1e12:.3f} TFLOP per micro-batch per device compiled "
+                     f"(matmuls, every loop expanded) / {p.micro_flops_analytic / 1e12:.3f} analytic (6 x parameters "
+                     f"x tokens + attention + recompute) = {p.iteration_flops / p.micro_flops_analytic:.2f}x")
+    step = self.step_seconds()
+    if step is not None:
+      parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in step.items() if name != "total")
+      lines.append(f"  estimated RL step: {step['total']:.0f} s ({step['total'] / 60:.1f} min; {parts} s), from the "
+                   f"compiler's counts at the chip's peak and bandwidth, every turn using its full token budget; an "
+                   f"estimate, no TPU ran")
     return lines
 
   def verdict(self) -> str:
@@ -179,7 +196,8 @@ class DryRunReport:
     """The report as JSON values, bytes as ints (None where a refused program has no figure)."""
     return {"topology": self.topology, "chip": None if self.chip is None else dataclasses.asdict(self.chip),
             "chip_hbm_bytes": int(self.budget_bytes), "fits": self.fits, "mesh": dict(self.mesh),
-            "num_params": int(self.num_params), "programs": [self._program_json(p) for p in self.programs]}
+            "num_params": int(self.num_params), "programs": [self._program_json(p) for p in self.programs],
+            "estimated_step_seconds": self.step_seconds()}
 
   def _program_json(self, p: ProgramMemory) -> dict[str, Any]:
     out = {"name": p.name, "arguments": _int(p.arguments), "outputs": _int(p.outputs),
@@ -189,8 +207,10 @@ class DryRunReport:
            "compile_seconds": p.compile_seconds, "estimated_seconds_per_iteration": self.estimated_seconds(p)}
     if p.must_read is not None:
       out["must_read_bytes"] = int(p.must_read)
-    if p.micro_flops is not None:
-      out.update(micro_batch_flops=p.micro_flops, micro_batch_flops_analytic=p.micro_flops_analytic)
+    if p.iteration_flops is not None:
+      out.update(iteration_flops=p.iteration_flops, iterations_per_step=p.iterations_per_step)
+    if p.micro_flops_analytic is not None:
+      out["micro_batch_flops_analytic"] = p.micro_flops_analytic
     if p.error is not None:
       out["error"] = p.error
     return out
@@ -290,11 +310,11 @@ def _measure(name: str, lowered, plan: float, resident: float, num_micro: int | 
   seconds = time.perf_counter() - t0
   stats = compiled.memory_analysis()
   flops, bytes_accessed = _cost(compiled)
-  micro_flops = None if num_micro is None else hlo_flops.matmul_flops(compiled.as_text()) / num_micro
   return ProgramMemory(name=name, arguments=int(stats.argument_size_in_bytes),
                        outputs=int(stats.output_size_in_bytes), temporaries=int(stats.temp_size_in_bytes),
                        aliased=int(stats.alias_size_in_bytes), plan=plan, resident=resident,
-                       compile_seconds=seconds, flops=flops, bytes_accessed=bytes_accessed, micro_flops=micro_flops)
+                       compile_seconds=seconds, flops=flops, bytes_accessed=bytes_accessed,
+                       iteration_flops=hlo_flops.matmul_flops(compiled.as_text()) / (num_micro or 1))
 
 
 def _cost(compiled) -> tuple[float | None, float | None]:
@@ -372,6 +392,17 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
                      ("actor", "actor_opt")))
   # An update's micro-batch: its rows per device, through the actor's LM head or the critic's value head.
   updates = {"actor_update": ("actor", True), "critic_update": ("critic", False)}
+  # Iterations per call (micro-batches of a learner pass) and per RL step (every turn at its full budget).
+  waves = -(-rows // sampled_rows)
+  updates_per_step = c.actor.num_mini_batches * c.actor.ppo_epochs
+  per_call = {"logprobs": micro["actor"], "ref_logprobs": micro["actor"], "values": micro["critic"],
+              "actor_update": mini_micro["actor"], "critic_update": mini_micro["critic"]}
+  per_step = {"sampling_weights": 1, "prefill": waves, "extend": waves * (c.rollout.max_turns - 1),
+              "decode": waves * min(c.rollout.max_turns * c.rollout.max_new_tokens_per_turn,
+                                    c.rollout.max_response_length),
+              "logprobs": micro["actor"], "ref_logprobs": micro["actor"], "values": micro["critic"],
+              "actor_update": mini_micro["actor"] * updates_per_step,
+              "critic_update": mini_micro["critic"] * updates_per_step}
   measured = []
   for name, lower, uses in candidates:
     if programs is not None and name not in programs:
@@ -380,8 +411,9 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
       lowered = lower()
     resident = float(sum(v for k, v in held.items() if k not in uses))
     section, lm_head = updates.get(name, (None, False))
-    measured.append(_measure(name, lowered, plan[name], resident, mini_micro[section] if section else None))
-    if section and measured[-1].micro_flops is not None:
+    measured.append(_measure(name, lowered, plan[name], resident, per_call.get(name)))
+    measured[-1].iterations_per_step = per_step[name]
+    if section and measured[-1].iteration_flops is not None:
       measured[-1].micro_flops_analytic = flops_lib.update_flops(
           arch, rows=c[section].micro_batch_size_per_device, prompt_length=c.rollout.max_prompt_length,
           response_length=c.rollout.max_response_length, remat=bool(c.model.remat),
