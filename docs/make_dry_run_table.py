@@ -43,7 +43,8 @@ def _row(path: pathlib.Path) -> str:
   for name in ("actor_update", "critic_update"):
     p = programs.get(name, {})
     if p.get("micro_batch_flops_analytic"):
-      flops.append(f"{p['iteration_flops'] / p['micro_batch_flops_analytic']:.2f}x")
+      compiled = p.get("iteration_flops", p.get("micro_batch_flops"))  # the name before the step estimate
+      flops.append(f"{compiled / p['micro_batch_flops_analytic']:.2f}x")
   step = _step_seconds(report)
   peak = "refused" if worst["peak"] is None else f"{worst['peak'] / _GIB:.2f} ({worst['name']})"
   return (f"| {preset} | {algorithm.removesuffix('_multihopqa.py')} | `{report['topology']}` | "
