@@ -163,7 +163,8 @@ def test_the_cli_compiles_every_grpo_program_for_v5e_and_reports_the_compilers_f
       assert isinstance(p[field], int), (p["name"], field)
     assert p["total"] == p["arguments"] + p["outputs"] - p["aliased"] + p["temporaries"]
     assert p["peak"] == p["total"] + p["resident"] and p["fits"] is (p["peak"] <= 15.75 * GIB) and p["fits"]
-    assert p["flops"] > 0 and p["bytes_accessed"] > 0 and p["compile_seconds"] > 0 and "error" not in p
+    assert p["bytes_accessed"] > 0 and p["compile_seconds"] > 0 and "error" not in p
+    assert p["flops"] > 0 or p["name"] == "sampling_weights"  # a cast and a gather: no FLOPs
     assert p["estimated_seconds_per_iteration"] == pytest.approx(
         max(p["flops"] / 197e12, p["bytes_accessed"] / 819e9))
     assert any(line.split()[:1] == [p["name"]] and line.split()[-2] == "yes" for line in out.stdout.splitlines())
@@ -178,7 +179,8 @@ def test_the_grpo_programs_compile_for_v4_megacore_and_the_update_takes_the_byte
   report = dry_run.dry_run(_config("v4:2x2x1"), verbose=False)
   assert report.chip.name == "v4" and report.budget_bytes == 30.75 * GIB and report.mesh["fsdp"] == 4
   assert [p.name for p in report.programs] == GRPO_PROGRAMS
-  assert report.fits and all(p.error is None and p.flops > 0 and p.arguments > 0 for p in report.programs)
+  assert report.fits and all(p.error is None and p.arguments > 0 for p in report.programs)
+  assert all(p.flops > 0 for p in report.programs if p.name != "sampling_weights")  # a cast and a gather: no FLOPs
   assert report.programs[-1].arguments == _actor_update_argument_bytes()
 
 

@@ -325,7 +325,7 @@ def _cost(compiled) -> tuple[float | None, float | None]:
     cost = cost[0] if cost else None
   if not cost:
     return None, None
-  return cost.get("flops"), cost.get("bytes accessed")
+  return cost.get("flops", 0.0), cost.get("bytes accessed")  # a program without arithmetic reports no flops
 
 
 def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, programs: tuple[str, ...] | None = None,
