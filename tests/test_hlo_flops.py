@@ -33,6 +33,51 @@ def test_a_scan_counts_its_body_once_per_trip_and_a_dynamic_loop_once():
   assert hlo_flops.matmul_flops(text) == 2 * m * k * k  # per iteration: the bound is data
 
 
+def test_a_loop_whose_counter_steps_by_two_from_three_counts_its_real_trips():
+  """`counter = 3; while counter < 16: counter += 2` runs 7 times (3, 5, ..., 15): compiled by XLA:CPU, and as
+  hand-written HLO in the form of the TPU compiler's windowed matmuls (no trip-count annotation; their bound
+  alone would count them twice)."""
+  m, k = 8, 32
+
+  def stepped(x, w):
+    return jax.lax.while_loop(lambda c: c[1] < 16, lambda c: (jnp.tanh(c[0] @ w), c[1] + 2), (x, 3))[0]
+
+  x, w = np.ones((m, k), np.float32), np.ones((k, k), np.float32)
+  text = jax.jit(stepped).lower(x, w).compile().as_text()
+  assert hlo_flops.matmul_flops(text) == 7 * 2 * m * k * k
+
+  hand = """HloModule stepped
+
+%body (p: (f32[8,32], f32[32,32], u32[])) -> (f32[8,32], f32[32,32], u32[]) {
+  %p = (f32[8,32], f32[32,32], u32[]) parameter(0)
+  %x = f32[8,32] get-tuple-element(%p), index=0
+  %w = f32[32,32] get-tuple-element(%p), index=1
+  %i = u32[] get-tuple-element(%p), index=2
+  %dot.1 = f32[8,32] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %two = u32[] constant(2)
+  %next = u32[] add(%i, %two)
+  ROOT %out = (f32[8,32], f32[32,32], u32[]) tuple(%dot.1, %w, %next)
+}
+
+%cond (q: (f32[8,32], f32[32,32], u32[])) -> pred[] {
+  %q = (f32[8,32], f32[32,32], u32[]) parameter(0)
+  %bound = u32[] constant(16)
+  %j = u32[] get-tuple-element(%q), index=2
+  ROOT %lt = pred[] compare(%j, %bound), direction=LT
+}
+
+ENTRY %main (a: f32[8,32], b: f32[32,32]) -> f32[8,32] {
+  %a = f32[8,32] parameter(0)
+  %b = f32[32,32] parameter(1)
+  %three = u32[] constant(3)
+  %init = (f32[8,32], f32[32,32], u32[]) tuple(%a, %b, %three)
+  %loop = (f32[8,32], f32[32,32], u32[]) while(%init), condition=%cond, body=%body
+  ROOT %res = f32[8,32] get-tuple-element(%loop), index=0
+}
+"""
+  assert hlo_flops.matmul_flops(hand) == 7 * 2 * m * k * k
+
+
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs libtpu (pip install -e '.[tpu]')")
 @pytest.mark.parametrize("attention_chunk,logits_chunk", [(0, 0), (32, 16)])
 def test_a_tpu_compiled_update_matches_the_analytic_count(attention_chunk, logits_chunk):

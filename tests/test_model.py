@@ -146,13 +146,15 @@ def test_bfloat16_checkpoint_files(ckpt, tmp_path):
     assert tensor.dtype == torch.bfloat16 and torch.equal(tensor, expected[name]), name
 
 
-@pytest.mark.parametrize("shape", [dict(data=2, fsdp=2, tensor=2), dict(data=1, fsdp=8, tensor=1)])
-def test_mesh_sharded_logits_equal_single_device(ckpt, shape):
+@pytest.mark.parametrize("shape,scan_layers", [(dict(data=2, fsdp=2, tensor=2), False),
+                                               (dict(data=1, fsdp=8, tensor=1), False),
+                                               (dict(data=2, fsdp=2, tensor=2), True)])
+def test_mesh_sharded_logits_equal_single_device(ckpt, shape, scan_layers):
   path, _ = ckpt
   ids, mask = batch(seed=3, b=4)
   single = run(load_hf_checkpoint(path), ids, mask)
   mesh = make_mesh(**shape)
-  model = load_hf_checkpoint(path, mesh=mesh)
+  model = load_hf_checkpoint(path, mesh=mesh, scan_layers=scan_layers)
   q = model.model.layers[0].attn.q_kernel[...]
   gate = model.model.layers[1].mlp.gate_kernel[...]
   embed = model.model.embed[...]
@@ -245,21 +247,33 @@ def test_value_model_loads_backbone_from_policy_checkpoint(ckpt):
   np.testing.assert_allclose(values[real], expected[real], atol=1e-4)
 
 
-def test_remat_gives_identical_gradients():
+@pytest.mark.parametrize("remat,scan_layers", [(True, False), (False, True), (True, True)])
+def test_remat_and_scanned_layers_give_identical_gradients(remat, scan_layers):
+  """Against the plain unrolled forward: every parameter's gradient, the per-layer ones included (a scan
+  that mixed up the layers' stacked weights or their gradients' order would break this)."""
   config = Qwen2Config.tiny(vocab_size=VOCAB)
   ids, mask = batch(seed=7)
 
-  def grads(remat):
-    model = Qwen2ForCausalLM(config, rngs=nnx.Rngs(0), remat=remat)
+  def grads(remat, scan_layers):
+    model = Qwen2ForCausalLM(config, rngs=nnx.Rngs(0), remat=remat, scan_layers=scan_layers)
 
     def loss(m):
       return jnp.mean(jax.nn.log_softmax(m(jnp.asarray(ids), jnp.asarray(mask)))[..., 0])
 
     return nnx.jit(nnx.grad(loss))(model)
 
-  a, b = grads(False), grads(True)
+  a, b = grads(False, False), grads(remat, scan_layers)
+  assert jax.tree.structure(a) == jax.tree.structure(b)
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6)
+
+
+def test_scanned_layers_match_transformers(ckpt):
+  path, hf = ckpt
+  ids, mask = batch(seed=8)
+  ours = run(load_hf_checkpoint(path, scan_layers=True), ids, mask)
+  real = mask.astype(bool)
+  np.testing.assert_allclose(ours[real], hf_logits(hf, ids, mask)[real], atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("preset,published", [

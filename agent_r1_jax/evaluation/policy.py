@@ -84,6 +84,7 @@ def hf_policy(path: str | pathlib.Path, c: config_dict.ConfigDict, tokenizer: An
         f"tokens; evaluate it with the tokenizer it was trained with (--config.model.tokenizer_path, or the "
         f"config of the run that produced it)")
   model = load_hf_checkpoint(path, dtype=c.model.param_dtype, compute_dtype=c.model.compute_dtype, mesh=mesh,
-                             remat=c.model.remat, attention_chunk_size=c.model.attention_chunk_size)
+                             remat=c.model.remat, scan_layers=c.model.scan_layers,
+                             attention_chunk_size=c.model.attention_chunk_size)
   graphdef, params = nnx.split(model)
   return Policy(name=str(path), graphdef=graphdef, params=params, arch=arch, make_sampler=samplers.factory(graphdef))

@@ -166,7 +166,8 @@ def _open_checkpoint(path: pathlib.Path) -> Callable[[str], tuple[SafetensorsFil
 
 def load_hf_checkpoint(path: str | pathlib.Path, *, dtype: str | jnp.dtype = "float32",
                        compute_dtype: str | jnp.dtype | None = None, mesh: Mesh | None = None,
-                       head: str = "lm", remat: bool = False, attention_chunk_size: int = 0, seed: int = 0,
+                       head: str = "lm", remat: bool = False, scan_layers: bool = False,
+                       attention_chunk_size: int = 0, seed: int = 0,
                        rules: LogicalRules = LOGICAL_RULES):
   """Loads an HF Qwen2 or Llama checkpoint directory into a `Qwen2ForCausalLM` (or `Qwen2ValueModel`).
 
@@ -177,6 +178,7 @@ def load_hf_checkpoint(path: str | pathlib.Path, *, dtype: str | jnp.dtype = "fl
     mesh: place every parameter on its rule-derived `NamedSharding` over this mesh, shard by shard.
     head: "lm" for the policy, "value" for the critic (backbone loaded, head from `seed`).
     remat: rematerialise each decoder block in the backward pass.
+    scan_layers: run the blocks of a call without a cache as one `lax.scan` (see `models.qwen2`).
     attention_chunk_size: attention of longer calls in blocks of this many queries and keys (0: dense).
     seed: PRNG seed of parameters the checkpoint does not hold (the value head).
     rules: logical-axis rules used with `mesh`.
@@ -193,7 +195,8 @@ def load_hf_checkpoint(path: str | pathlib.Path, *, dtype: str | jnp.dtype = "fl
   compute_dtype = param_dtype if compute_dtype is None else _dtype(compute_dtype)
   lookup = _open_checkpoint(path)
   abstract = abstract_model(config, head=head, param_dtype=param_dtype,
-                            compute_dtype=compute_dtype, remat=remat, attention_chunk_size=attention_chunk_size)
+                            compute_dtype=compute_dtype, remat=remat, scan_layers=scan_layers,
+                            attention_chunk_size=attention_chunk_size)
   graphdef, abs_state = nnx.split(abstract)
   fresh = None
   used: set[str] = set()

@@ -23,7 +23,7 @@ from flax import nnx
 from agent_r1_jax.models.config import Qwen2Config
 from agent_r1_jax.models.kv_cache import KVCache, constrain_kv
 from agent_r1_jax.models.layers import AttentionContext, DecoderBlock, RMSNorm, param, rope_tables, write_slots
-from agent_r1_jax.models.sharding import LogicalRules, constrain, constrain_state
+from agent_r1_jax.models.sharding import LogicalRules, constrain, constrain_state, variable_names
 
 
 def _context(config: Qwen2Config, mask: jax.Array, cache: KVCache | None):
@@ -57,15 +57,18 @@ class Qwen2Model(nnx.Module):
   """Embedding -> L decoder blocks -> final RMSNorm; returns hidden states `[B, T, D]`.
 
   Runtime options (not architecture): `compute_dtype` of activations, `remat` (each block's activations
-  recomputed in the backward pass), `attention_chunk_size` (attention of longer calls in blocks of this many
-  queries and keys, so no `[B, H, T, S]` scores exist; 0: always dense; see `models.attention`).
+  recomputed in the backward pass), `scan_layers` (a call without a cache runs the blocks as one `lax.scan`
+  over their stacked weights, see `_scanned`), `attention_chunk_size` (attention of longer calls in blocks of
+  this many queries and keys, so no `[B, H, T, S]` scores exist; 0: always dense; see `models.attention`).
   """
 
   def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype=jnp.float32,
-               compute_dtype=jnp.float32, remat: bool = False, attention_chunk_size: int = 0):
+               compute_dtype=jnp.float32, remat: bool = False, scan_layers: bool = False,
+               attention_chunk_size: int = 0):
     self.config = config
     self.compute_dtype = compute_dtype
     self.remat = remat
+    self.scan_layers = scan_layers
     kw = dict(param_dtype=param_dtype, compute_dtype=compute_dtype)
     self.embed = param(rngs, (config.vocab_size, config.hidden_size), ("vocab", "embed"),
                        param_dtype)
@@ -84,21 +87,23 @@ class Qwen2Model(nnx.Module):
     ctx, meta = _context(self.config, attention_mask, cache)
     x = jnp.take(self.embed[...], input_ids, axis=0).astype(self.compute_dtype)
     x = constrain(x, ("batch", "length", "act_embed"))
+    if cache is None:
+      return self.norm(self._blocks(x, ctx)), None
     keys, values = [], []
     for i, block in enumerate(self.layers):
-      if cache is not None:
-        x, (k, v) = block(x, ctx, (cache.k[i], cache.v[i]))
-        keys.append(constrain_kv(k, self.config.num_key_value_heads))
-        values.append(constrain_kv(v, self.config.num_key_value_heads))
-      elif self.remat:
-        x = _rematerialised(block, x, ctx)
-      else:
-        x, _ = block(x, ctx)
-    x = self.norm(x)
-    if cache is None:
-      return x, None
+      x, (k, v) = block(x, ctx, (cache.k[i], cache.v[i]))
+      keys.append(constrain_kv(k, self.config.num_key_value_heads))
+      values.append(constrain_kv(v, self.config.num_key_value_heads))
     valid, lengths, cursor = meta
-    return x, KVCache(k=tuple(keys), v=tuple(values), valid=valid, lengths=lengths, cursor=cursor)
+    return self.norm(x), KVCache(k=tuple(keys), v=tuple(values), valid=valid, lengths=lengths, cursor=cursor)
+
+  def _blocks(self, x: jax.Array, ctx: AttentionContext) -> jax.Array:
+    """`x` `[B, T, D]` through every block without a cache (training and scoring)."""
+    if self.scan_layers:
+      return _scanned(self.layers, x, ctx, remat=self.remat, compute_dtype=self.compute_dtype)
+    for block in self.layers:
+      x = _rematerialised(block, x, ctx) if self.remat else block(x, ctx)[0]
+    return x
 
 
 def _rematerialised(block: DecoderBlock, x: jax.Array, ctx: AttentionContext) -> jax.Array:
@@ -113,6 +118,33 @@ def _rematerialised(block: DecoderBlock, x: jax.Array, ctx: AttentionContext) ->
   return jax.checkpoint(run)(state, x, ctx)
 
 
+def _scanned(blocks: nnx.List, x: jax.Array, ctx: AttentionContext, *, remat: bool, compute_dtype) -> jax.Array:
+  """`x` through every block as one `lax.scan` over their weights stacked on a leading layer axis.
+
+  The stack is taken in `compute_dtype` (every block casts its weights to it at use, so the math is the same)
+  and keeps each weight's own sharding on the other axes. Inside the loop body the all-gather of an
+  FSDP-sharded weight then serves one layer: unrolled, XLA:TPU scheduled the gathers of many layers ahead
+  of their use and held them all (a 3B forward on v5e:4x8 kept ~0.4 GiB per layer live). With `remat` the
+  body is rematerialised, so the backward pass keeps only each layer's input `[L, B, T, D]`.
+  """
+  graphdef, _ = nnx.split(blocks[0])
+
+  def stacked(*variables):
+    names = variable_names(variables[0])
+    value = jnp.stack([v.get_value().astype(compute_dtype) if jnp.issubdtype(v.dtype, jnp.floating)
+                       else v.get_value() for v in variables])
+    return variables[0].replace(constrain(value, ("layers", *names)))
+
+  is_variable = lambda v: isinstance(v, nnx.Variable)
+  weights = jax.tree.map(stacked, *[nnx.state(block) for block in blocks], is_leaf=is_variable)
+
+  def body(h, layer_weights):
+    return nnx.merge(graphdef, layer_weights)(h, ctx)[0], None
+
+  x, _ = jax.lax.scan(jax.checkpoint(body) if remat else body, x, weights)
+  return x
+
+
 class Qwen2ForCausalLM(nnx.Module):
   """Qwen2 backbone + LM head (tied to the embedding when `config.tie_word_embeddings`).
 
@@ -121,11 +153,12 @@ class Qwen2ForCausalLM(nnx.Module):
   """
 
   def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype=jnp.float32,
-               compute_dtype=jnp.float32, remat: bool = False, attention_chunk_size: int = 0):
+               compute_dtype=jnp.float32, remat: bool = False, scan_layers: bool = False,
+               attention_chunk_size: int = 0):
     self.config = config
     self.compute_dtype = compute_dtype
     self.model = Qwen2Model(config, rngs=rngs, param_dtype=param_dtype, compute_dtype=compute_dtype,
-                            remat=remat, attention_chunk_size=attention_chunk_size)
+                            remat=remat, scan_layers=scan_layers, attention_chunk_size=attention_chunk_size)
     if not config.tie_word_embeddings:
       self.lm_head = param(rngs, (config.hidden_size, config.vocab_size), ("embed", "vocab"),
                            param_dtype)
@@ -172,14 +205,15 @@ class Qwen2ValueModel(nnx.Module):
   """
 
   def __init__(self, config: Qwen2Config, *, rngs: nnx.Rngs, param_dtype=jnp.float32,
-               compute_dtype=jnp.float32, remat: bool = False, attention_chunk_size: int = 0,
+               compute_dtype=jnp.float32, remat: bool = False, scan_layers: bool = False,
+               attention_chunk_size: int = 0,
                value_head_std: float = 0.02):
     self.config = config
     # The head draws the first key of the stream, so a loader can re-create it without a backbone.
     self.value_kernel = value_head_kernel(rngs, config, param_dtype, value_head_std)
     self.value_bias = value_head_bias(param_dtype)
     self.model = Qwen2Model(config, rngs=rngs, param_dtype=param_dtype, compute_dtype=compute_dtype,
-                            remat=remat, attention_chunk_size=attention_chunk_size)
+                            remat=remat, scan_layers=scan_layers, attention_chunk_size=attention_chunk_size)
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None) -> jax.Array:
     hidden, _ = self.model(input_ids, attention_mask)
@@ -222,11 +256,13 @@ def merge_for_compute(graphdef: nnx.GraphDef, params: nnx.State, *, rules: Logic
 
 
 def abstract_model(config: Qwen2Config, *, head: str = "lm", param_dtype=jnp.float32,
-                   compute_dtype=jnp.float32, remat: bool = False, attention_chunk_size: int = 0) -> nnx.Module:
+                   compute_dtype=jnp.float32, remat: bool = False, scan_layers: bool = False,
+                   attention_chunk_size: int = 0) -> nnx.Module:
   """The model with `jax.ShapeDtypeStruct` leaves (no memory), for shapes, counts and memory plans."""
   cls = _head_class(head)
   return nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0), param_dtype=param_dtype, compute_dtype=compute_dtype,
-                                    remat=remat, attention_chunk_size=attention_chunk_size))
+                                    remat=remat, scan_layers=scan_layers,
+                                    attention_chunk_size=attention_chunk_size))
 
 
 def count_params(model_or_state) -> int:

@@ -148,7 +148,8 @@ def load_initial_actor(source: str | pathlib.Path, c: config_dict.ConfigDict, ar
       raise IncompatibleCheckpointError(f"init_from={source} is another architecture than this run's model "
                                         f"({'; '.join(differ)}); set --config.model.* (or model.path) to match it")
     model = load_hf_checkpoint(path, dtype=c.model.param_dtype, compute_dtype=c.model.compute_dtype, mesh=mesh,
-                               remat=c.model.remat, attention_chunk_size=c.model.attention_chunk_size)
+                               remat=c.model.remat, scan_layers=c.model.scan_layers,
+                               attention_chunk_size=c.model.attention_chunk_size)
     return nnx.split(model)[1]
   raise ValueError(f"init_from={source} is neither a training workdir (config.json + checkpoints/0) nor a "
                    f"Hugging Face checkpoint directory (config.json + model.safetensors)")

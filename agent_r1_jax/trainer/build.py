@@ -62,7 +62,7 @@ def model_config(c: config_dict.ConfigDict, vocab_size: int) -> Qwen2Config:
 def build_model(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, head: str) -> nnx.Module:
   """Actor (`head="lm"`) or critic (`head="value"`): loaded from `model.path` or freshly initialised."""
   dtypes = dict(compute_dtype=getattr(jnp, c.model.compute_dtype), remat=c.model.remat,
-                attention_chunk_size=c.model.attention_chunk_size)
+                scan_layers=c.model.scan_layers, attention_chunk_size=c.model.attention_chunk_size)
   if c.model.path:
     return load_hf_checkpoint(c.model.path, dtype=c.model.param_dtype, mesh=mesh, head=head, seed=c.seed + 1,
                               **dtypes)
@@ -78,7 +78,7 @@ def abstract_params(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, head:
   into and for compiling programs ahead of time."""
   model = abstract_model(arch, head=head, param_dtype=getattr(jnp, c.model.param_dtype),
                          compute_dtype=getattr(jnp, c.model.compute_dtype), remat=c.model.remat,
-                         attention_chunk_size=c.model.attention_chunk_size)
+                         scan_layers=c.model.scan_layers, attention_chunk_size=c.model.attention_chunk_size)
   graphdef, state = nnx.split(model)
   shardings = state_shardings(state, mesh)
   return graphdef, jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)

@@ -95,6 +95,9 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.model.param_dtype = "float32"
   c.model.compute_dtype = "float32"
   c.model.remat = False
+  # The learner's forward (no KV cache) as one lax.scan over the stacked blocks: one layer's gathered weights
+  # live at a time (the real presets turn it on; the same math either way).
+  c.model.scan_layers = False
   # Response positions per LM-head block in the learner (0: all at once): no pass holds [rows, R, V] logits.
   c.model.logits_chunk_size = 256
   # Attention of longer calls in blocks of this many queries and keys (0: dense): no [B, H, T, S] scores.

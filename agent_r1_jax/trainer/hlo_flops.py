@@ -12,8 +12,9 @@ runs in blocks (`lax.map` / `lax.scan`) come out per block. This walks the optim
 (the TPU compiler writes batched matmuls as convolutions whose window walks a batch dimension over padding; only
 taps on real input count, as in XLA's own `HloCostAnalysis`). A fusion, call or async computation adds the
 computations it calls; a `while` adds `trips * (body + condition)`, where `trips` is the bound its condition
-compares the loop counter with (`lax.scan`, `lax.map`, `fori_loop` with static bounds; or XLA's own `known_trip_count`), or 1 when the bound is
-not a constant (a data-dependent loop, e.g. decoding: then the figure is per iteration, as cost_analysis's);
+compares the loop counter with, less its start and divided by its constant step (`lax.scan`, `lax.map`,
+`fori_loop` with static bounds, the TPU's windowed matmuls; or XLA's own `known_trip_count`), or 1 when the bound
+is not a constant (a data-dependent loop, e.g. decoding: then the figure is per iteration, as cost_analysis's);
 a `conditional` adds its costliest branch. Elementwise work is not counted: on programs without loops the
 result equals cost_analysis's flops up to that (tested).
 """
@@ -133,20 +134,58 @@ def _convolution_flops(inst: _Instruction, dims_of: dict[str, tuple[int, ...] | 
   return 2.0 * per_position * taps * in_features / batch_groups
 
 
-def _trip_count(loop: _Instruction, condition: list[_Instruction]) -> int:
-  """The trips of `loop`: XLA's `known_trip_count` when it annotated one, else the constant its condition
-  compares the counter with (`counter < N`: the TPU compiler's scans), else 1 (a data-dependent bound)."""
+def _tuple_index(inst: _Instruction | None) -> int | None:
+  """The element a `get-tuple-element` reads, else None."""
+  if inst is None or inst.opcode != "get-tuple-element":
+    return None
+  match = re.search(r"index=(\d+)", inst.attributes)
+  return None if match is None else int(match.group(1))
+
+
+def _constant(inst: _Instruction | None) -> int | None:
+  if inst is None or inst.opcode != "constant" or not re.fullmatch(r"-?\d+", inst.literal):
+    return None
+  return int(inst.literal)
+
+
+def _trip_count(loop: _Instruction, condition: list[_Instruction], body: list[_Instruction],
+                caller: list[_Instruction]) -> int:
+  """The trips of `loop`: XLA's `known_trip_count` when it annotated one; else ceil((N - start) / step) for a
+  condition `counter < N` on a tuple element that the body's root advances by a constant `step` from a constant
+  `start` (0 and 1 when they are not visible); else 1 (a data-dependent bound).
+
+  The TPU compiler's windowed (collective) matmuls advance their counter by 2 per trip (`counter < 16`
+  for 8 trips over 32 shards), so the bound alone would count them twice.
+  """
   known = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', loop.attributes)
   if known:
     return int(known.group(1))
-  constants = {inst.name: int(inst.literal) for inst in condition
-               if inst.opcode == "constant" and re.fullmatch(r"-?\d+", inst.literal)}
+  in_condition = {inst.name: inst for inst in condition}
+  bound = index = None
   for inst in condition:
     if inst.opcode in ("compare", "fusion") and ("direction=LT" in inst.attributes or inst.opcode == "fusion"):
-      bounds = [constants[o] for o in inst.operands if o in constants]
+      bounds = [_constant(in_condition.get(o)) for o in inst.operands]
+      bounds = [b for b in bounds if b is not None]
       if bounds and bounds[-1] > 0:
-        return bounds[-1]
-  return 1
+        bound = bounds[-1]
+        index = next((i for i in (_tuple_index(in_condition.get(o)) for o in inst.operands) if i is not None),
+                     None)
+        break
+  if bound is None:
+    return 1
+  step, start = 1, 0
+  if index is not None and body and body[-1].opcode == "tuple" and index < len(body[-1].operands):
+    in_body = {inst.name: inst for inst in body}
+    advance = in_body.get(body[-1].operands[index])
+    if advance is not None and advance.opcode == "add":
+      steps = [_constant(in_body.get(o)) for o in advance.operands]
+      steps = [c for c in steps if c is not None]
+      step = steps[0] if steps and steps[0] > 0 else 1
+    in_caller = {inst.name: inst for inst in caller}
+    init = in_caller.get(loop.operands[0]) if loop.operands else None
+    if init is not None and init.opcode == "tuple" and index < len(init.operands):
+      start = _constant(in_caller.get(init.operands[index])) or 0
+  return max(1, -(-(bound - start) // step))
 
 
 def matmul_flops(text: str) -> float:
@@ -165,7 +204,8 @@ def matmul_flops(text: str) -> float:
         total += _convolution_flops(inst, dims_of)
       elif inst.opcode == "while":
         body, condition = _called(inst.attributes, "body"), _called(inst.attributes, "condition")
-        trips = _trip_count(inst, computations.get(condition[0], [])) if condition else 1
+        trips = (_trip_count(inst, computations.get(condition[0], []), computations.get(body[0], []) if body else [],
+                             instructions) if condition else 1)
         total += trips * sum(cost(c) for c in body + condition)
       elif inst.opcode == "conditional":
         total += max((cost(c) for c in _called(inst.attributes, "branch_computations")), default=0.0)

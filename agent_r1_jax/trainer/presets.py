@@ -103,6 +103,7 @@ def apply_real(c: config_dict.ConfigDict, preset: str) -> None:
   c.data.source = "multihopqa"
   c.model.compute_dtype = "bfloat16"
   c.model.remat = True
+  c.model.scan_layers = True
   c.rollout.cache_dtype = "bfloat16"
   # A token cap on one observation, for the sampler's static shapes: 2048 characters of retrieved English
   # are ~500 tokens, so it does not bind in practice, but it bounds the widest extend program.
