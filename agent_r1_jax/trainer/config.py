@@ -202,6 +202,8 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.actor.kl_loss_type = "low_var_kl"
   c.actor.ppo_epochs = 1
   c.actor.num_mini_batches = 2
+  # On-policy update (1 epoch, 1 mini-batch, no KL in the reward): old log-probs from its own forward, no extra pass.
+  c.actor.reuse_onpolicy_logprobs = True
   # Rows per device in one micro-batch of every learner pass (log-probs, update); a micro-batch spans
   # micro_batch_size_per_device * (mesh.data * mesh.fsdp) rows.
   c.actor.micro_batch_size_per_device = 8

@@ -8,10 +8,14 @@ Layout of a learner batch (all device arrays, `B` rows, prompt length `P`, respo
     loss_mask        f32   [B, R]     tokens that carry policy loss (action mask, or response mask in the
                                       `loss_mask=response` ablation)
     advantage_mask   f32   [B, R]     tokens that carry advantages and value targets (same choice)
-    old_logprobs     f32   [B, R]     log pi_old(a_t | s_t), recomputed by the learner before the update
+    old_logprobs     f32   [B, R]     log pi_old(a_t | s_t), recomputed by the learner before the update (absent
+                                      from an on-policy update, which holds its own log-probs fixed: `actor_loss`)
     ref_logprobs     f32   [B, R]     log pi_ref(a_t | s_t) (frozen initial policy), when a KL is on
     advantages       f32   [B, R]
     returns, old_values f32 [B, R]    critic targets and rollout-time values (PPO)
+    sampler_logprobs f32   [B, R]     the sampler's log-probs, and
+    action_mask      f32   [B, R]     the sampled tokens: only in an on-policy update, for the metrics the skipped
+                                      old-log-prob pass would have given (`rollout_logprob_metrics`)
 
 Response token j sits at sequence position P + j and is predicted by the hidden state at P + j - 1, so
 every per-response quantity reads `hidden[:, P-1 : P+R-1]`; the value of the state before token j is read
@@ -28,6 +32,10 @@ Updates: a mini-batch's micro-batches are walked summing gradients of `total_k /
 denominator of the whole mini-batch (`rl.aggregation`): the summed gradient is exactly the full-mini-batch
 gradient. A non-finite gradient leaves parameters and optimizer state untouched and is reported
 (`skipped = 1`).
+
+On-policy updates (one epoch of one mini-batch, nothing needing the old log-probs before it) skip the
+separate old-log-prob pass: `Learner.actor_step(..., onpolicy=True)` takes `old = stop_gradient(logp)` from
+its own forward, which has the same value and gradient (see `actor_loss`).
 """
 
 from __future__ import annotations
@@ -138,14 +146,34 @@ class CriticLossConfig:
 
 
 def actor_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: Batch, denominator: jax.Array,
-               cfg: ActorLossConfig) -> tuple[jax.Array, dict[str, rl.Aggregate]]:
-  """Actor objective of one micro-batch, divided by the mini-batch denominator `D`."""
+               cfg: ActorLossConfig, *, onpolicy: bool = False
+               ) -> tuple[jax.Array, tuple[dict[str, rl.Aggregate], dict[str, jax.Array]]]:
+  """Actor objective of one micro-batch, divided by the mini-batch denominator `D`.
+
+  Returns `(total / D, (metrics, per_token))`; `per_token` is empty unless `onpolicy`.
+
+  `onpolicy`: the parameters are those that sampled the batch and nothing has updated them since, so
+  pi_old = pi_theta and the old log-probs are this forward's own, held fixed: `old = stop_gradient(logp)`
+  (`batch["old_logprobs"]` is not read). Then
+
+      rho = exp(logp - sg(logp)) = 1,      d rho / d theta = exp(0) * d logp / d theta = d logp / d theta,
+
+  the value and gradient of exp(logp_theta - logp_old) at theta_old = theta. At rho = 1 the clip is inactive
+  (1 lies inside [1 - eps_low, 1 + eps_high]) and so is the dual clip (clip_ratio_c > 1), so the surrogate is
+  -A with gradient -A * d logp / d theta: the same loss and gradient as with old log-probs recomputed by a
+  separate forward at the same parameters (up to that forward's rounding); clip fractions and approx_kl are
+  0. `per_token` then holds this forward's log-probs and entropy `[m, R]` (no gradient), for the metrics the
+  skipped pass gave.
+  """
   model = merge_for_compute(graphdef, params)
   # Entropy is always reported; it enters the loss only when entropy_coef > 0.
   logp, entropy = response_logprobs(model, batch, temperature=cfg.temperature, with_entropy=True,
                                      chunk_size=cfg.logits_chunk_size)
   mask = batch["loss_mask"]
-  pg = rl.compute_policy_loss(batch["old_logprobs"], logp, batch["advantages"], mask,
+  # At rho = 1 the clipped and unclipped terms tie; jnp.maximum splits a tie's gradient half and half between
+  # them, and both halves are -A * d rho, so the sum is the full gradient.
+  old_logp = jax.lax.stop_gradient(logp) if onpolicy else batch["old_logprobs"]
+  pg = rl.compute_policy_loss(old_logp, logp, batch["advantages"], mask,
                               clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
                               clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, horizon=cfg.horizon)
   on = mask > 0
@@ -158,12 +186,31 @@ def actor_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: Batch, denomina
                             loss_agg_mode=cfg.loss_agg_mode, horizon=cfg.horizon)
     total = total + cfg.kl_loss_coef * kl.total
     metrics["actor/kl_loss"] = kl
-  return total / denominator, metrics
+  per_token = {}
+  if onpolicy:
+    per_token = {"logprobs": jax.lax.stop_gradient(logp), "entropy": jax.lax.stop_gradient(entropy)}
+  return total / denominator, (metrics, per_token)
+
+
+def rollout_logprob_metrics(logprobs: jax.Array, entropy: jax.Array, sampler_logprobs: jax.Array,
+                            action_mask: jax.Array) -> dict[str, jax.Array]:
+  """What the current policy's log-probs say about the sampled tokens; `[B, R]` inputs, scalar outputs:
+
+      logprob_drift_max = max over action tokens of |logp_t - logp_sampler_t|   (learner vs sampler numerics)
+      entropy           = sum_t a_t H_t / max(sum_t a_t, 1)                      (token mean over actions)
+
+  with `a` the action mask. Masked positions are selected away, not multiplied by 0, so a non-finite value
+  there changes nothing.
+  """
+  on = action_mask > 0
+  drift = jnp.max(jnp.where(on, jnp.abs(logprobs - sampler_logprobs), 0.0))
+  count = jnp.sum(on.astype(jnp.float32))
+  return {"logprob_drift_max": drift, "entropy": jnp.sum(jnp.where(on, entropy, 0.0)) / jnp.maximum(count, 1.0)}
 
 
 def critic_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: Batch, denominator: jax.Array,
-                cfg: CriticLossConfig) -> tuple[jax.Array, dict[str, rl.Aggregate]]:
-  """Clipped value loss of one micro-batch, divided by the mini-batch denominator `D`."""
+                cfg: CriticLossConfig) -> tuple[jax.Array, tuple[dict[str, rl.Aggregate], dict]]:
+  """Clipped value loss of one micro-batch, divided by the mini-batch denominator `D`; no per-token outputs."""
   critic = merge_for_compute(graphdef, params)
   values = response_values(critic, batch)
   out = rl.compute_value_loss(values, batch["old_values"], batch["returns"], batch["advantage_mask"],
@@ -171,9 +218,9 @@ def critic_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: Batch, denomin
                               horizon=cfg.horizon)
   on = batch["advantage_mask"] > 0
   vmean = rl.aggregate(jnp.where(on, values, 0.0), batch["advantage_mask"], "token-mean")
-  return out.loss.total / denominator, {"critic/value_loss": out.loss,
-                                        "critic/value_clip_fraction": out.clip_fraction,
-                                        "critic/values_mean": vmean}
+  return out.loss.total / denominator, ({"critic/value_loss": out.loss,
+                                         "critic/value_clip_fraction": out.clip_fraction,
+                                         "critic/values_mean": vmean}, {})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -224,26 +271,29 @@ def in_loop(params: Any, carry: Any) -> tuple[Any, Any]:
 
 
 def accumulate_gradients(loss_fn: Callable, params: nnx.State, batch: Batch, denominator: jax.Array,
-                         num_micro: int) -> tuple[nnx.State, dict[str, jax.Array]]:
+                         num_micro: int) -> tuple[nnx.State, dict[str, jax.Array], dict[str, jax.Array]]:
   """Sum over micro-batches of `grad(loss_fn)` and of its `Aggregate` metrics (finalised).
 
-  `loss_fn(params, micro_batch, denominator) -> (total_k / D, metrics)`; because `D` is the whole
-  mini-batch's denominator, the sum of the micro-batch gradients is the mini-batch gradient. One
+  `loss_fn(params, micro_batch, denominator) -> (total_k / D, (metrics, per_token))`; because `D` is the
+  whole mini-batch's denominator, the sum of the micro-batch gradients is the mini-batch gradient. One
   `lax.scan` body holds the forward and backward pass, so it is compiled once whatever `num_micro` is.
+
+  `per_token` is a dict (possibly empty) of `[m, ...]` arrays of the micro-batch's rows; they come back as
+  `[M, ...]` in row order. Returns `(grads, finalised metrics, per_token)`.
   """
   micro = split_micro(batch, num_micro)
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
   one = jax.tree.map(lambda x: x[0], micro)
-  _, metric_shapes = jax.eval_shape(loss_fn, params, one, denominator)
+  _, (metric_shapes, _) = jax.eval_shape(loss_fn, params, one, denominator)
   zeros = lambda tree: jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), tree)
 
   def body(carry, mb):
     p, (grads, metrics) = in_loop(params, carry)
-    (_, m), g = grad_fn(p, mb, denominator)
-    return (jax.tree.map(jnp.add, grads, g), rl.accumulate(metrics, m)), None
+    (_, (m, rows)), g = grad_fn(p, mb, denominator)
+    return (jax.tree.map(jnp.add, grads, g), rl.accumulate(metrics, m)), rows
 
-  (grads, metrics), _ = jax.lax.scan(body, (zeros(params), zeros(metric_shapes)), micro)
-  return grads, rl.finalize(metrics)
+  (grads, metrics), rows = jax.lax.scan(body, (zeros(params), zeros(metric_shapes)), micro)
+  return grads, rl.finalize(metrics), jax.tree.map(merge_micro, rows)
 
 
 def apply_update(tx: optax.GradientTransformation, params: nnx.State, opt_state: Any,
@@ -320,7 +370,7 @@ class Learner:
     self.critic_cfg = critic_cfg
     self.logprobs = jax.jit(self._logprobs, static_argnames=("num_micro", "with_entropy"))
     self.values = jax.jit(self._values, static_argnames=("num_micro",))
-    self.actor_step = jax.jit(self._actor_step, static_argnames=("num_micro",), donate_argnums=(0, 1))
+    self.actor_step = jax.jit(self._actor_step, static_argnames=("num_micro", "onpolicy"), donate_argnums=(0, 1))
     self.critic_step = jax.jit(self._critic_step, static_argnames=("num_micro",), donate_argnums=(0, 1))
 
   def _logprobs(self, params: nnx.State, batch: Batch, *, num_micro: int = 1,
@@ -338,15 +388,29 @@ class Learner:
     return map_micro(lambda p, mb: response_values(merge_for_compute(self.critic_graphdef, p), mb), params,
                      _scoring_inputs(batch), num_micro)
 
-  def _actor_step(self, params, opt_state, batch: Batch, *, num_micro: int):
-    loss_fn = lambda p, mb, d: actor_loss(p, self.actor_graphdef, mb, d, self.actor_cfg)
-    return _update_step(loss_fn, self.actor_tx, params, opt_state, batch, batch["loss_mask"],
-                        self.actor_cfg.loss_agg_mode, self.actor_cfg.horizon, num_micro, prefix="actor")
+  def _actor_step(self, params, opt_state, batch: Batch, *, num_micro: int, onpolicy: bool = False):
+    """One actor update on a mini-batch -> `(params, opt_state, metrics)`.
+
+    `onpolicy`: `params` sampled this batch and have not been updated since (one epoch of one mini-batch), so
+    the batch carries no `old_logprobs`: the update's forward holds its own fixed (`actor_loss`), and the
+    metrics gain `logprob_drift_max` and `entropy` from that forward (`rollout_logprob_metrics`, reading the
+    batch's `sampler_logprobs` and `action_mask`): the values the skipped pass would have given.
+    """
+    loss_fn = lambda p, mb, d: actor_loss(p, self.actor_graphdef, mb, d, self.actor_cfg, onpolicy=onpolicy)
+    params, opt_state, metrics, per_token = _update_step(
+        loss_fn, self.actor_tx, params, opt_state, batch, batch["loss_mask"], self.actor_cfg.loss_agg_mode,
+        self.actor_cfg.horizon, num_micro, prefix="actor")
+    if onpolicy:
+      metrics.update(rollout_logprob_metrics(per_token["logprobs"], per_token["entropy"], batch["sampler_logprobs"],
+                                             batch["action_mask"]))
+    return params, opt_state, metrics
 
   def _critic_step(self, params, opt_state, batch: Batch, *, num_micro: int):
     loss_fn = lambda p, mb, d: critic_loss(p, self.critic_graphdef, mb, d, self.critic_cfg)
-    return _update_step(loss_fn, self.critic_tx, params, opt_state, batch, batch["advantage_mask"],
-                        self.critic_cfg.loss_agg_mode, self.critic_cfg.horizon, num_micro, prefix="critic")
+    params, opt_state, metrics, _ = _update_step(
+        loss_fn, self.critic_tx, params, opt_state, batch, batch["advantage_mask"], self.critic_cfg.loss_agg_mode,
+        self.critic_cfg.horizon, num_micro, prefix="critic")
+    return params, opt_state, metrics
 
 
 def _scoring_inputs(batch: Batch) -> Batch:
@@ -357,9 +421,10 @@ def _scoring_inputs(batch: Batch) -> Batch:
 def _update_step(loss_fn: Callable, tx: optax.GradientTransformation, params, opt_state, batch: Batch,
                  mask: jax.Array, loss_agg_mode: str, horizon: int | None, num_micro: int, *, prefix: str):
   """One optimizer update on a mini-batch: the mask's full denominator, accumulated micro-batch gradients,
-  a (skippable) optimizer step; metrics gain `<prefix>/grad_norm` and `<prefix>/skipped`."""
+  a (skippable) optimizer step; metrics gain `<prefix>/grad_norm` and `<prefix>/skipped`. Returns
+  `(params, opt_state, metrics, per_token)` (`accumulate_gradients`' per-token outputs)."""
   denominator = rl.loss_denominator(mask, loss_agg_mode, horizon)
-  grads, metrics = accumulate_gradients(loss_fn, params, batch, denominator, num_micro)
+  grads, metrics, per_token = accumulate_gradients(loss_fn, params, batch, denominator, num_micro)
   params, opt_state, upd = apply_update(tx, params, opt_state, grads)
   return params, opt_state, {**metrics, f"{prefix}/grad_norm": upd["grad_norm"],
-                             f"{prefix}/skipped": upd["skipped"]}
+                             f"{prefix}/skipped": upd["skipped"]}, per_token

@@ -7,6 +7,9 @@ One step:
   -> optional KL-in-reward -> advantages (registry) -> critic update -> actor update (after critic_warmup)
   -> metrics -> periodic evaluation and checkpoint.
 
+An on-policy step (`onpolicy_shortcut`) skips the old-log-prob pass: its one actor update holds its own
+forward's log-probs fixed as the old ones and reports the drift and entropy from that forward.
+
 State that a checkpoint holds: actor params + AdamW state, critic params + state (PPO), the frozen reference
 (when a KL term is on: after a supervised warm-up it exists nowhere else), the PRNG key, the data iterator
 position, the KL controller's coefficient and the held-out evaluation before RL. Step `s`'s randomness is `fold_in(key, s)`, so a
@@ -207,9 +210,27 @@ class RLTrainer:
     return traj.trimmed(learner_lib.bucket_length(int(need_p), multiple, traj.prompt_length),
                         learner_lib.bucket_length(int(need_r), multiple, traj.response_length))
 
-  def prepare_batch(self, traj, scores: list[dict]) -> tuple[dict[str, jax.Array], dict[str, Any]]:
+  def onpolicy_shortcut(self, step: int) -> bool:
+    """Whether step `step`'s actor update takes its old log-probs from its own forward (`Learner.actor_step`
+    with `onpolicy`) instead of a separate pass before it.
+
+    Only where nothing else needs them first: one epoch of one mini-batch (the update then sees exactly the
+    parameters that sampled the batch), no KL penalty in the reward (it reads them to build the rewards and
+    so the advantages) and an actor that is updated at this step (during the critic warm-up the pass is the
+    only source of the drift and entropy metrics).
+    """
+    c = self.c
+    return bool(c.actor.reuse_onpolicy_logprobs and c.actor.ppo_epochs == 1 and c.actor.num_mini_batches == 1
+                and not c.algorithm.use_kl_in_reward and step > c.trainer.critic_warmup)
+
+  def prepare_batch(self, traj, scores: list[dict], *, old_logprobs: bool = True
+                    ) -> tuple[dict[str, jax.Array], dict[str, Any]]:
     """Learner inputs for a scored rollout: masks, old/ref log-probs, (KL-penalised) rewards, values,
-    advantages and returns, all on device with the batch sharded over (data, fsdp)."""
+    advantages and returns, all on device with the batch sharded over (data, fsdp).
+
+    `old_logprobs=False` (an on-policy step, `onpolicy_shortcut`): no old-log-prob pass; the batch carries the
+    sampler's log-probs and the action mask instead, from which the update reports the drift and entropy.
+    """
     c = self.c
     traj = self._trim(traj)
     token_rewards = traj.token_level_rewards([s["score"] for s in scores])
@@ -220,18 +241,22 @@ class RLTrainer:
              "response_ids": dev["response_ids"], "loss_mask": loss_mask, "advantage_mask": adv_mask}
     rows = batch["input_ids"].shape[0]  # global rows (all processes)
     actor_micro = config_lib.micro_batches(c, "actor", rows, jax.device_count())
-    old_logp, entropy = self.learner.logprobs(self.state["actor"], batch, num_micro=actor_micro)
     action = dev["action_mask"].astype(jnp.float32)
-    metrics: dict[str, Any] = {
-        "logprob_drift_max": jnp.max(jnp.abs(old_logp - dev["sampler_logprobs"]) * action),
-        "entropy": jnp.sum(entropy * action) / jnp.maximum(jnp.sum(action), 1.0)}
-    batch["old_logprobs"] = old_logp
+    metrics: dict[str, Any] = {}
+    if old_logprobs:
+      batch["old_logprobs"], entropy = self.learner.logprobs(self.state["actor"], batch, num_micro=actor_micro)
+      metrics.update(learner_lib.rollout_logprob_metrics(batch["old_logprobs"], entropy, dev["sampler_logprobs"],
+                                                         action))
+    elif c.algorithm.use_kl_in_reward:
+      raise ValueError("the KL penalty in the reward reads the old log-probs: prepare_batch needs old_logprobs=True")
+    else:
+      batch["sampler_logprobs"], batch["action_mask"] = dev["sampler_logprobs"], action
     if "ref" in self.state:
       batch["ref_logprobs"], _ = self.learner.logprobs(self.state["ref"], batch, num_micro=actor_micro,
                                                          with_entropy=False)
     rewards = dev["token_level_rewards"]
     if c.algorithm.use_kl_in_reward:
-      rewards, kl = self._kl_penalty(rewards, old_logp, batch["ref_logprobs"], action, self.kl_ctrl.value,
+      rewards, kl = self._kl_penalty(rewards, batch["old_logprobs"], batch["ref_logprobs"], action, self.kl_ctrl.value,
                                      kind=c.algorithm.kl_penalty)
       metrics["kl_in_reward"] = kl.value()
       metrics["kl_coef"] = self.kl_ctrl.value
@@ -252,8 +277,9 @@ class RLTrainer:
     t0 = time.perf_counter()
     traj, scores = self.rollout(step, key)
     t1 = time.perf_counter()
-    batch, metrics = self.prepare_batch(traj, scores)
-    metrics.update(self._update(step, batch, key))
+    onpolicy = self.onpolicy_shortcut(step)
+    batch, metrics = self.prepare_batch(traj, scores, old_logprobs=not onpolicy)
+    metrics.update(self._update(step, batch, key, onpolicy=onpolicy))
     jax.block_until_ready(self.state["actor"])
     t2 = time.perf_counter()
     metrics.update({("reward" if k == "score" else k): float(np.mean([s[k] for s in scores]))
@@ -263,9 +289,17 @@ class RLTrainer:
     metrics["time/learner"] = t2 - t1
     return metrics
 
-  def _update(self, step: int, batch: dict[str, jax.Array], key: jax.Array) -> dict[str, Any]:
-    """ppo_epochs passes over shuffled mini-batches: critic first, then actor (after critic_warmup)."""
+  def _update(self, step: int, batch: dict[str, jax.Array], key: jax.Array, *, onpolicy: bool = False
+              ) -> dict[str, Any]:
+    """ppo_epochs passes over shuffled mini-batches: critic first, then actor (after critic_warmup).
+
+    `onpolicy`: the batch has no old log-probs (`prepare_batch(..., old_logprobs=False)`); the one actor update
+    holds its own fixed (`Learner.actor_step`).
+    """
     c = self.c
+    if onpolicy and not self.onpolicy_shortcut(step):
+      raise ValueError(f"step {step} is not an on-policy update (onpolicy_shortcut): its old log-probs need their "
+                       "own pass")
     rows = batch["input_ids"].shape[0]  # global rows (all processes)
     mini_rows = rows // c.actor.num_mini_batches
     sums: dict[str, float] = {}
@@ -291,7 +325,7 @@ class RLTrainer:
         if update_actor:
           self.state["actor"], self.state["actor_opt"], m = self.learner.actor_step(
               self.state["actor"], self.state["actor_opt"], mini,
-              num_micro=config_lib.micro_batches(c, "actor", mini_rows, jax.device_count()))
+              num_micro=config_lib.micro_batches(c, "actor", mini_rows, jax.device_count()), onpolicy=onpolicy)
           record(m)
     out = {k: sums[k] / counts[k] for k in sums}
     for k in ("actor/skipped", "critic/skipped"):  # counts, not means
