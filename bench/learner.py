@@ -1,4 +1,4 @@
-"""Learner throughput vs the same model, batch and loss in `transformers` PyTorch.
+"""Learner throughput vs the same model, batch and loss in `transformers` PyTorch, and the on-policy shortcut.
 
 Not a test: prints tokens/s measured in this run on this machine, for two passes of the actor:
 
@@ -9,6 +9,11 @@ Not a test: prints tokens/s measured in this run on this machine, for two passes
               against the same forward under `torch.inference_mode`.
 
 Target: ours >= 1x PyTorch on both passes, at both shapes.
+
+Then the learner's share of an on-policy RL step (one epoch, one mini-batch, KL loss to a reference: GRPO's
+defaults), ours only, both ways in the same run: with the separate old-log-prob pass (old log-probs pass +
+reference log-probs pass + update fed the pass's output) and with the shortcut (reference pass + an update that
+holds its own log-probs fixed, `actor_step(..., onpolicy=True)`); the ratio is the time saved by the shortcut.
 
 Both sides hold the same random weights (our model exported with `save_hf_checkpoint`, loaded by
 `transformers.AutoModelForCausalLM.from_pretrained` in float32), read the same batch (left-padded prompts,
@@ -30,6 +35,7 @@ contention, so only a run where that share stays near 0% compares the two fairly
 
   python bench/learner.py                          # both shapes
   python bench/learner.py --shapes=tiny --repeats=5
+  python bench/learner.py --smoke                  # a 2 x 32 model, 4 rows, one repeat: that it runs
 """
 
 from __future__ import annotations
@@ -74,7 +80,10 @@ class Shape:
 
 def shapes() -> dict[str, Shape]:
   """The tiny preset (R = 256, P = 32: a typical batch after trimming to its longest row; the preset's caps
-  are P = 64, R = 384) and the Qwen2.5-0.5B shape cut to 2 layers."""
+  are P = 64, R = 384), the Qwen2.5-0.5B shape cut to 2 layers, and the smoke shape (seconds: that the bench
+  runs, not a measurement)."""
+  smoke = Qwen2Config.tiny(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
   tiny = Qwen2Config.tiny(vocab_size=1600, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
                           num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
   qwen = dataclasses.replace(qwen2_5_0_5b(), num_hidden_layers=2)
@@ -83,6 +92,8 @@ def shapes() -> dict[str, Shape]:
                     logits_chunks=(256,)),
       "qwen0.5b": Shape("Qwen2.5-0.5B shape, 2 layers", qwen, rows=4, prompt=64, response=192, micro_rows=2,
                         logits_chunks=(0, 128)),
+      "smoke": Shape("smoke (2 x 32, vocab 64)", smoke, rows=4, prompt=8, response=16, micro_rows=2,
+                     logits_chunks=(0,)),
   }
 
 
@@ -206,9 +217,9 @@ def build_models(shape: Shape, seed: int = 0):
   """
   model = Qwen2ForCausalLM(shape.config, rngs=nnx.Rngs(seed), attention_chunk_size=shape.attention_chunk)
   graphdef, params = nnx.split(model)
-  key = iter(jax.random.split(jax.random.key(seed + 1), 4 * len(jax.tree.leaves(params))))
+  rng = np.random.RandomState(seed + 1)  # NumPy draws: no XLA program to compile per parameter shape
   params = jax.tree_util.tree_map_with_path(
-      lambda path, x: (x + 0.02 * jax.random.normal(next(key), x.shape, x.dtype)
+      lambda path, x: (jnp.asarray(np.asarray(x) + 0.02 * rng.randn(*x.shape).astype(x.dtype))
                        if any(s in jax.tree_util.keystr(path) for s in ("bias", "norm")) else x), params)
   model = nnx.merge(graphdef, params)
   with tempfile.TemporaryDirectory() as tmp:
@@ -239,7 +250,7 @@ def make_batch(shape: Shape, seed: int = 0) -> dict[str, np.ndarray]:
     mask[i, p - p_len[i]:p + r_len[i]] = 1
     loss_mask[i, :r_len[i]] = (np.arange(r_len[i]) % 112) < 48
   adv = rng.randn(rows, 1).astype(np.float32) * loss_mask
-  return {"input_ids": ids, "attention_mask": mask, "responses": ids[:, p:].copy(), "loss_mask": loss_mask,
+  return {"input_ids": ids, "attention_mask": mask, "response_ids": ids[:, p:].copy(), "loss_mask": loss_mask,
           "advantage_mask": loss_mask.copy(), "advantages": adv, "returns": adv.copy()}
 
 
@@ -353,13 +364,58 @@ class OurLearner:
     return jax.block_until_ready(out)
 
 
+class OnPolicyStep:
+  """The learner's part of an on-policy step of `lrn.Learner` (GRPO's defaults: one epoch, one mini-batch, KL
+  loss to a frozen reference), two ways; parameters and optimizer state threaded through repeated calls.
+
+  with the pass: old log-probs pass, reference log-probs pass, `actor_step` fed the pass's old log-probs;
+  shortcut:      reference log-probs pass, `actor_step(..., onpolicy=True)` (old log-probs = its own, held fixed).
+  The batch's advantages, masks and sampler log-probs are the same for both.
+  """
+
+  def __init__(self, ours: OurLearner):
+    self.ours = ours
+    self.ref = jax.tree.map(jnp.copy, ours.params)
+    base = {k: v for k, v in self.ours.batch.items() if k not in ("old_logprobs", "ref_logprobs")}
+    self.shortcut_batch = {**base, "sampler_logprobs": self.ours.batch["old_logprobs"],
+                           "action_mask": self.ours.batch["loss_mask"]}
+    self.pass_batch = base
+
+  def _ref_logprobs(self) -> jax.Array:
+    ours = self.ours
+    logp, _ = ours.learner.logprobs(self.ref, self.pass_batch, num_micro=ours.num_micro, with_entropy=False)
+    return logp
+
+  def with_pass(self) -> float:
+    """Old and reference passes, then the update fed both; returns the pre-clip gradient norm."""
+    ours = self.ours
+    old, _ = ours.learner.logprobs(ours.params, self.pass_batch, num_micro=ours.num_micro, with_entropy=True)
+    batch = {**self.pass_batch, "old_logprobs": old, "ref_logprobs": self._ref_logprobs()}
+    ours.params, ours.opt_state, metrics = ours.learner.actor_step(ours.params, ours.opt_state, batch,
+                                                                   num_micro=ours.num_micro)
+    return float(metrics["actor/grad_norm"])
+
+  def shortcut(self) -> float:
+    """Reference pass, then the on-policy update; returns the pre-clip gradient norm."""
+    ours = self.ours
+    batch = {**self.shortcut_batch, "ref_logprobs": self._ref_logprobs()}
+    ours.params, ours.opt_state, metrics = ours.learner.actor_step(ours.params, ours.opt_state, batch,
+                                                                   num_micro=ours.num_micro, onpolicy=True)
+    return float(metrics["actor/grad_norm"])
+
+
 # --------------------------------------------------------------------------------------------------
 
 
-def run_shape(shape: Shape, repeats: int) -> list[tuple[str, str, int, float, float]]:
-  """Checks agreement, then times both passes for each of our LM-head block sizes.
+TableRow = tuple[str, str, int, float, float]  # shape, pass, our logits_chunk_size, our tokens/s, PyTorch tokens/s
+OnPolicyRow = tuple[str, float, float]  # shape, seconds with the old-log-prob pass, with the shortcut
 
-  Returns table rows (shape, pass, our logits_chunk_size, our tokens/s, PyTorch tokens/s).
+
+def run_shape(shape: Shape, repeats: int) -> tuple[list[TableRow], OnPolicyRow]:
+  """Checks agreement, then times both passes for each of our LM-head block sizes, and (at the first size) our
+  on-policy step with the old-log-prob pass and with the shortcut (`run_onpolicy`).
+
+  Returns the table's rows and the on-policy row.
   """
   tokens = shape.rows * (shape.prompt + shape.response)
   print(f"\n== {shape.name}: {shape.rows} rows x (P={shape.prompt} + R={shape.response}) = {tokens} tokens, "
@@ -391,17 +447,37 @@ def run_shape(shape: Shape, repeats: int) -> list[tuple[str, str, int, float, fl
       t_o, t_t = timed_pair(fn_ours, fn_theirs, repeats)
       report(what + ":", tokens, t_o, t_t)
       rows.append((shape.name, what, chunk, tokens / t_o.median, tokens / t_t.median))
+    if chunk == shape.logits_chunks[0]:
+      onpolicy = run_onpolicy(shape, chunk, ours, repeats)
     del ours
-  return rows
+  return rows, onpolicy
+
+
+def run_onpolicy(shape: Shape, chunk: int, ours: OurLearner, repeats: int) -> OnPolicyRow:
+  """Times the learner's part of an on-policy step with the old-log-prob pass and with the shortcut, alternately,
+  on `ours` (its compiled programs, parameters and batch; the batch's noisy old log-probs, `add_old_and_ref`,
+  serve as the sampler's)."""
+  step = OnPolicyStep(ours)
+  t_pass, t_short = timed_pair(step.with_pass, step.shortcut, repeats)
+  print(f"  on-policy step (logits_chunk_size={chunk}): old-log-prob pass + ref pass + update "
+        f"{t_pass.median * 1e3:8.1f} ms (best {t_pass.best * 1e3:8.1f}) | shortcut: ref pass + update "
+        f"{t_short.median * 1e3:8.1f} ms (best {t_short.best * 1e3:8.1f}) | ratio "
+        f"{t_pass.median / t_short.median:5.2f}x (best/best {t_pass.best / t_short.best:5.2f}x) | {load()}, "
+        f"{others(t_short.foreign)}", flush=True)
+  return shape.name, t_pass.median, t_short.median
 
 
 def main():
   transformers.logging.set_verbosity_error()
   transformers.logging.disable_progress_bar()
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--shapes", default="tiny,qwen0.5b", help="comma-separated subset of: tiny, qwen0.5b")
+  parser.add_argument("--shapes", default="tiny,qwen0.5b", help="comma-separated subset of: tiny, qwen0.5b, smoke")
   parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--smoke", action="store_true",
+                      help="the smoke shape only, one repeat, a small matmul probe: checks that the bench runs")
   args = parser.parse_args()
+  if args.smoke:
+    args.shapes, args.repeats = "smoke", 1
   torch.set_num_threads(os.cpu_count())
   available = shapes()
   selected = [s.strip() for s in args.shapes.split(",") if s.strip()]
@@ -410,15 +486,22 @@ def main():
     parser.error(f"unknown shape(s) {unknown}; use a subset of {sorted(available)}")
   print(f"jax {jax.__version__} ({jax.devices()[0].platform}, {os.cpu_count()} CPUs), torch {torch.__version__} "
         f"({torch.get_num_threads()} threads), transformers {transformers.__version__}; {load()}", flush=True)
-  g_jax, g_torch = matmul_gflops()
-  print(f"float32 2048x2048 matmul: jitted jnp {g_jax:.1f} GFLOP/s (torch {g_torch:.1f} GFLOP/s)", flush=True)
-  table = []
+  n = 256 if args.smoke else 2048
+  g_jax, g_torch = matmul_gflops(n, repeats=1 if args.smoke else 10)
+  print(f"float32 {n}x{n} matmul: jitted jnp {g_jax:.1f} GFLOP/s (torch {g_torch:.1f} GFLOP/s)", flush=True)
+  table, onpolicy = [], []
   for name in selected:
-    table += run_shape(available[name], args.repeats)
+    rows, onpolicy_row = run_shape(available[name], args.repeats)
+    table += rows
+    onpolicy.append(onpolicy_row)
   print("\n| shape | pass | our logits_chunk_size | ours tok/s | PyTorch tok/s | ours / PyTorch |")
   print("|---|---|---|---|---|---|")
   for name, what, chunk, ours, theirs in table:
     print(f"| {name} | {what} | {chunk} | {ours:.0f} | {theirs:.0f} | {ours / theirs:.2f}x |")
+  print("\n| shape | learner step with the old-log-prob pass | with the on-policy shortcut | pass / shortcut |")
+  print("|---|---|---|---|")
+  for name, t_pass, t_short in onpolicy:
+    print(f"| {name} | {t_pass * 1e3:.1f} ms | {t_short * 1e3:.1f} ms | {t_pass / t_short:.2f}x |")
   print(f"({args.repeats} repeats, median; {load()})")
 
 
