@@ -2,6 +2,7 @@
 
     python bench/advantages.py                       # B=512, T=4096, ~30% observation tokens
     python bench/advantages.py --batch 64 --length 1024
+    python bench/advantages.py --smoke               # B=8, T=256, one repeat: that it runs
 
 The reference is what the paper's PyTorch code does, written in NumPy: for each row, compact the action
 (masked) positions, run the backward recursion over them in a Python loop, scatter back, then whiten.
@@ -142,7 +143,10 @@ def main() -> None:
   parser.add_argument("--repeats", type=int, default=10, help="timed repeats of each JAX kernel")
   parser.add_argument("--gamma", type=float, default=1.0)
   parser.add_argument("--lam", type=float, default=0.95)
+  parser.add_argument("--smoke", action="store_true", help="B=8, T=256, one repeat: checks that the bench runs")
   args = parser.parse_args()
+  if args.smoke:
+    args.batch, args.length, args.repeats = 8, 256, 1
 
   rewards, values, mask, group_ids = make_batch(args.batch, args.length, args.obs_frac)
   padding = (np.cumsum(mask[:, ::-1], axis=1)[:, ::-1] == 0)

@@ -1,6 +1,7 @@
 """The python tool's sandbox cost: snippets per second with namespace isolation vs without, in one run.
 
   python bench/python_tool.py [--snippets 64] [--workers 4] [--repeats 3]
+  python bench/python_tool.py --smoke              # 4 snippets, 2 at a time, one repeat: that it runs
 
 Each side runs the same batch (`PythonTool.call_batch`, `--workers` snippets at a time) of small programs that
 a policy writes (arithmetic, a list comprehension, a `json` round trip, a print), `--repeats` times after one
@@ -45,7 +46,10 @@ def main() -> None:
   parser.add_argument("--snippets", type=int, default=64)
   parser.add_argument("--workers", type=int, default=4)
   parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--smoke", action="store_true", help="4 snippets, 2 at a time, one repeat: checks that it runs")
   args = parser.parse_args()
+  if args.smoke:
+    args.snippets, args.workers, args.repeats = 4, 2, 1
   batch = [{"code": SNIPPETS[i % len(SNIPPETS)]} for i in range(args.snippets)]
   print(f"{args.snippets} snippets, {args.workers} at a time, {os.cpu_count()} CPUs, best of {args.repeats}",
         flush=True)

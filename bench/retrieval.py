@@ -1,6 +1,7 @@
 """Retrieval throughput: BM25 and ScaNN over 100k synthetic passages, one query at a time vs batched.
 
   python bench/retrieval.py [--passages 100000] [--queries 1000] [--dim 768] [--top_k 5]
+  python bench/retrieval.py --smoke    # 5000 passages (ScaNN still builds its tree), 100 queries, 32 dims
 
 Synthetic corpus: passages of 60-120 words drawn from a Zipf(1.1) distribution over a 50k-word vocabulary
 (the long tail makes BM25 postings realistic); a query is 3-8 content words (not among the 300 most
@@ -121,7 +122,11 @@ def main() -> None:
   parser.add_argument("--top_k", type=int, default=5)
   parser.add_argument("--only", choices=["bm25", "scann"], default=None)
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--smoke", action="store_true",
+                      help="5000 passages, 100 queries (20 one by one), 32 dims: checks that the bench runs")
   args = parser.parse_args()
+  if args.smoke:
+    args.passages, args.queries, args.single_queries, args.dim = 5000, 100, 20, 32
   rng = np.random.default_rng(args.seed)
   if args.only in (None, "bm25"):
     bench_bm25(args, rng)

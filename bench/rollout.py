@@ -12,6 +12,7 @@ ones are timed. Prints, per timed rollout and as a median:
 
     python bench/rollout.py                    # defaults: 64 rows, 5 turns
     python bench/rollout.py --rows 16 --turns 3 --repeats 1
+    python bench/rollout.py --smoke            # 4 rows, 2 turns, a 1 x 32 model, one timed run: that it runs
 
 Uses the shared wiki sample as the corpus when present (`../shared/data/wiki_corpus/...`), else
 synthetic passages. Not a test: nothing here asserts a time.
@@ -83,7 +84,12 @@ def main() -> None:
   parser.add_argument("--top-k", type=int, default=3)
   parser.add_argument("--tool-chars", type=int, default=200, help="env cut of each passage list (characters)")
   parser.add_argument("--repeats", type=int, default=2, help="timed rollouts after the compiling one")
+  parser.add_argument("--smoke", action="store_true",
+                      help="4 rows x 2 turns of 32 new tokens, a 1 x 32 model, one timed run: checks that it runs")
   args = parser.parse_args()
+  if args.smoke:
+    args.rows, args.turns, args.new_tokens_per_turn, args.response_length = 4, 2, 32, 512
+    args.hidden, args.layers, args.repeats = 32, 1, 1
 
   tok = byte_tokenizer(pieces=(CALL_HEAD, CALL_TAIL))
   config = Qwen2Config(vocab_size=len(tok), hidden_size=args.hidden, intermediate_size=2 * args.hidden,

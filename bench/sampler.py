@@ -6,6 +6,8 @@ PyTorch warm-up are excluded: every measured call is preceded by an identical wa
 
   python bench/sampler.py                 # small (4 x 256) and Qwen2.5-0.5B-shaped models + episode
   python bench/sampler.py --skip-0.5b     # skip the 2 GB model
+  python bench/sampler.py --smoke         # a 2 x 64 model, batch 4, 16 new tokens, a 2-turn episode, one
+                                          # repeat, no Qwen-vocabulary or 0.5B model: that it runs
 """
 
 from __future__ import annotations
@@ -217,14 +219,30 @@ def episode(graphdef, params, vocab, *, batch, prompt_len, turns, action_tokens,
   return t_full / t_cont
 
 
+def smoke(repeats: int) -> None:
+  """`main`'s small-model throughput (with its matmul floor) and continuation episode at toy sizes: seconds, not a
+  measurement. The Qwen-vocabulary and 0.5B runs are the same `throughput` at larger sizes and are left out."""
+  model = hf_model(vocab=2048, hidden=64, inter=128, layers=2, heads=4, kv_heads=2, tie=True)
+  ids, mask = prompts(4, 4, 8, 2048)  # prompts and observations draw ids below vocab - 1000
+  ratio_small, (graphdef, params, vocab) = throughput("smoke 2x64, vocab 2048, batch 4, 16 new", model, ids, mask,
+                                                      16, repeats, floor=True)
+  ratio_ep = episode(graphdef, params, vocab, batch=4, prompt_len=16, turns=2, action_tokens=8, obs_tokens=16,
+                     repeats=repeats)
+  print(f"summary: small {ratio_small:.2f}x HF | continuation {ratio_ep:.2f}x re-prefill (smoke sizes)")
+
+
 def main():
-  parser = argparse.ArgumentParser(description=__doc__)
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--skip-0.5b", action="store_true", dest="skip_big")
   parser.add_argument("--repeats", type=int, default=2)
+  parser.add_argument("--smoke", action="store_true", help="toy sizes, one repeat: checks that the bench runs")
   args = parser.parse_args()
   print(f"jax {jax.__version__} ({jax.devices()[0].platform}, {os.cpu_count()} CPUs), torch "
         f"{torch.__version__} ({torch.get_num_threads()} threads), transformers "
         f"{transformers.__version__}", flush=True)
+  if args.smoke:
+    smoke(repeats=1)
+    return
   # The project's small-model setting: the synthetic world's tokenizer has a 4096-token vocabulary.
   small = hf_model(vocab=4096, hidden=256, inter=1024, layers=4, heads=4, kv_heads=2, tie=True)
   ids, mask = prompts(16, 16, 32, 4096)

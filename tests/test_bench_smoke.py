@@ -1,0 +1,67 @@
+"""Every `bench/` script runs: each in its `--smoke` mode (toy sizes, one repeat) as a subprocess, which must exit 0
+and print its ratio line(s), the comparison against a baseline measured in the same run. Nothing here reads a
+time or a ratio's value (tests never time anything); a bench whose code no longer matches the package (a renamed
+batch field, a changed signature) fails here instead of when someone next measures."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+RATIO = r"\d+\.\d+x"
+
+# Per script: the lines (regular expressions, searched line by line in its stdout) that state its ratios.
+RATIO_LINES = {
+    "advantages": [rf"^GAE\s+jit scan\s.*\s{RATIO}\s", rf"^GRPO\s+jit\s.*\s{RATIO}\s",
+                   rf"best jitted GAE is {RATIO} faster"],
+    "learner": [rf"^\s+update:\s+ours .*\| ratio\s+{RATIO}", rf"^\s+log-prob: ours .*\| ratio\s+{RATIO}",
+                rf"^\s+on-policy step .*\| shortcut: .*\| ratio\s+{RATIO}",
+                rf"^\| smoke .* \| [\d.]+ ms \| [\d.]+ ms \| {RATIO} \|$"],
+    "python_tool": [rf"^sandbox cost: {RATIO} the time of unisolated snippets"],
+    "retrieval": [rf"^BM25Index single query\s+:.*\({RATIO} baseline\)",
+                  rf"^ScaNN single query\s+:.*\({RATIO} exact single\)",
+                  rf"^ScaNN batched\s+:.*\({RATIO} single, {RATIO} exact batched\)"],
+    # The rollout bench compares the rollout's parts with its total: host, generation and tool shares.
+    "rollout": [r"^median of 1 timed runs: total [\d.]+s = generation [\d.]+% \+ tools [\d.]+% \+ host [\d.]+%"],
+    "sampler": [rf"^smoke .*\| ratio\s+{RATIO} \|", rf"^episode .*\| speed-up\s+{RATIO}",
+                rf"^summary: small {RATIO} HF \| continuation {RATIO} re-prefill"],
+}
+
+
+def _environment() -> dict[str, str]:
+  """This environment without the suite's 8 fake CPU devices (conftest): a bench runs as a user runs it."""
+  env = dict(os.environ)
+  flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")).strip()
+  if flags:
+    env["XLA_FLAGS"] = flags
+  else:
+    env.pop("XLA_FLAGS", None)
+  return env
+
+
+def test_every_bench_script_has_its_ratio_lines_listed():
+  """A bench added to bench/ without an entry here would not be smoke-tested."""
+  assert sorted(p.stem for p in (REPO / "bench").glob("*.py")) == sorted(RATIO_LINES)
+
+
+@pytest.mark.parametrize("name", sorted(RATIO_LINES))
+def test_bench_smoke_mode_completes_and_prints_its_ratios(name):
+  if name == "python_tool":
+    from agent_r1_jax.tools import sandbox  # pylint: disable=import-outside-toplevel
+    try:
+      sandbox.check_available()
+    except sandbox.SandboxUnavailable as e:
+      pytest.skip(f"the python tool bench compares against the namespace sandbox, unavailable here: {e}")
+  proc = subprocess.run([sys.executable, str(REPO / "bench" / f"{name}.py"), "--smoke"], cwd=REPO, env=_environment(),
+                        capture_output=True, text=True, timeout=600, check=False)
+  tail = f"\n--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}"
+  assert proc.returncode == 0, f"bench/{name}.py --smoke exited {proc.returncode}{tail}"
+  lines = proc.stdout.splitlines()
+  for pattern in RATIO_LINES[name]:
+    assert any(re.search(pattern, line) for line in lines), f"no line matches {pattern!r}{tail}"
