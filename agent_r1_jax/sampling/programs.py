@@ -51,6 +51,23 @@ def _extend(graphdef, params, cache, last_logits, ids, mask):
   return cache, logits
 
 
+def segment_end(window, stops, active, count, budgets, reason):
+  """Which `active` rows end their segment at this step: `stopped` (their window completes a stop sequence) or
+  else `exhausted` (`count` reached `budgets`), bool `[B]` each, and `reason` `[B]` updated for them."""
+  stopped = active & stops_lib.completed(window, stops)
+  exhausted = active & ~stopped & (count >= budgets)
+  reason = jnp.where(stopped, int(StopReason.STOP_TOKEN), jnp.where(exhausted, int(StopReason.LENGTH), reason))
+  return stopped, exhausted, reason
+
+
+def feed_back(model, head, cache, logits, token, active):
+  """One decode step's model call: `token` `[B]` of the `active` rows written into the cache at each row's cursor,
+  and their next-token logits `[B, V]` (other rows keep theirs). Also for the last token of a segment, so the
+  next turn continues from a cache that holds it and from its logits."""
+  hidden, cache = model.model(token[:, None], active[:, None].astype(jnp.int32), cache=cache)
+  return cache, jnp.where(active[:, None], model.logits(hidden[:, 0], head), logits)
+
+
 def _decode(graphdef, params, cache, last_logits, budgets, stops, rng, *, sampling,
             width, pad_id):
   """One segment. `stops` int32 `[N, K]` packed stop sequences (`stop_sequences.pack`); each row's window of
@@ -74,14 +91,8 @@ def _decode(graphdef, params, cache, last_logits, budgets, stops, rng, *, sampli
         logprobs, jnp.where(active, logprob, 0.0)[:, None], (0, step))
     count = count + active.astype(jnp.int32)
     window = stops_lib.push(window, token)
-    stopped = active & stops_lib.completed(window, stops)
-    exhausted = active & ~stopped & (count >= budgets)
-    reason = jnp.where(stopped, int(StopReason.STOP_TOKEN),
-                       jnp.where(exhausted, int(StopReason.LENGTH), reason))
-    # Feed the token back so it is in the cache and the next logits exist, even for the last token
-    # of a segment: the next turn continues from it.
-    hidden, cache = model.model(token[:, None], active[:, None].astype(jnp.int32), cache=cache)
-    logits = jnp.where(active[:, None], model.logits(hidden[:, 0], head), logits)
+    stopped, exhausted, reason = segment_end(window, stops, active, count, budgets, reason)
+    cache, logits = feed_back(model, head, cache, logits, token, active)
     return step + 1, cache, logits, tokens, logprobs, count, done | stopped | exhausted, reason, window
 
   init = (jnp.int32(0), cache, last_logits, jnp.full((b, width), pad_id, jnp.int32),

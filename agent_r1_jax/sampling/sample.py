@@ -45,6 +45,21 @@ def first_argmax(x: jax.Array) -> jax.Array:
   return jnp.min(jnp.where(x == best, index, x.shape[-1] - 1), axis=-1)
 
 
+def _select(logits: jax.Array, params: SamplingParams, gumbel) -> tuple[jax.Array, jax.Array]:
+  """`sample_tokens` with the Gumbel noise drawn by `gumbel(shape, dtype)` (one key, or one per row)."""
+  logits = logits.astype(jnp.float32)
+  scaled = logits if params.logprob_temperature == 1.0 else logits / params.logprob_temperature
+  if params.is_greedy:
+    tokens = first_argmax(logits)
+  else:
+    # Gumbel-max, exactly what jax.random.categorical draws for this key, with the faster argmax.
+    masked = jnp.where(allowed_tokens(scaled, params), scaled, _MASKED)
+    tokens = first_argmax(gumbel(masked.shape, masked.dtype) + masked)
+  # log_softmax(z)[tok] = z[tok] - logsumexp(z): two reductions instead of a [B, V] log-softmax.
+  picked = jnp.take_along_axis(scaled, tokens[:, None], axis=-1)[:, 0]
+  return tokens, picked - jax.nn.logsumexp(scaled, axis=-1)
+
+
 def sample_tokens(logits: jax.Array, rng: jax.Array, params: SamplingParams
                   ) -> tuple[jax.Array, jax.Array]:
   """Draws one token per row.
@@ -58,14 +73,15 @@ def sample_tokens(logits: jax.Array, rng: jax.Array, params: SamplingParams
     tokens int32 `[B]`; logprobs float32 `[B]` = log_softmax(z / T)[token] with T the
     `logprob_temperature` (untruncated distribution).
   """
-  logits = logits.astype(jnp.float32)
-  scaled = logits if params.logprob_temperature == 1.0 else logits / params.logprob_temperature
-  if params.is_greedy:
-    tokens = first_argmax(logits)
-  else:
-    # Gumbel-max, exactly what jax.random.categorical draws for this key, with the faster argmax.
-    masked = jnp.where(allowed_tokens(scaled, params), scaled, _MASKED)
-    tokens = first_argmax(jax.random.gumbel(rng, masked.shape, masked.dtype) + masked)
-  # log_softmax(z)[tok] = z[tok] - logsumexp(z): two reductions instead of a [B, V] log-softmax.
-  picked = jnp.take_along_axis(scaled, tokens[:, None], axis=-1)[:, 0]
-  return tokens, picked - jax.nn.logsumexp(scaled, axis=-1)
+  return _select(logits, params, lambda shape, dtype: jax.random.gumbel(rng, shape, dtype))
+
+
+def sample_tokens_per_row(logits: jax.Array, keys: jax.Array, params: SamplingParams
+                          ) -> tuple[jax.Array, jax.Array]:
+  """`sample_tokens` with row b's noise drawn from its own key: `keys` is a `[B]` array of PRNG keys.
+
+  Row b's token depends only on `logits[b]` and `keys[b]` (the noise is `gumbel(keys[b], [V])`), so a row
+  samples the same token whichever other rows share its batch and wherever it sits in it.
+  """
+  return _select(logits, params,
+                 lambda shape, dtype: jax.vmap(lambda key: jax.random.gumbel(key, shape[1:], dtype))(keys))
