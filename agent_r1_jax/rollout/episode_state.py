@@ -60,21 +60,26 @@ class EpisodeState:
     """(free response slots R - len, free context C - prompt_len - len), int64 [B] each."""
     return self.response_ids.shape[1] - self.length, context_limit - self.prompt_length - self.length
 
-  def append_segment(self, turn: int, tokens: np.ndarray, logprobs: np.ndarray, lengths: np.ndarray) -> None:
-    """Writes `tokens[b, :lengths[b]]` (sampled: action_mask 1) after each row's response; rows with
-    length 0 are untouched. Records the turn's last action index for rows that sampled."""
+  def append_segment(self, turn: int | np.ndarray, tokens: np.ndarray, logprobs: np.ndarray, lengths: np.ndarray,
+                     rows: np.ndarray | None = None) -> None:
+    """Writes `tokens[i, :lengths[i]]` (sampled: action_mask 1) after the response of row `rows[i]` (row i when
+    `rows` is None: every row); entries with length 0 are untouched. Records the turn's last action index for
+    rows that sampled. `turn` is the turn these segments are, one int for all or an int array like `lengths`
+    (the slot engine appends rows that are at different turns)."""
+    rows = np.arange(self.batch_size) if rows is None else np.asarray(rows, np.int64)
     col = np.arange(tokens.shape[1])[None, :]
     valid = col < lengths[:, None]
-    rows = np.broadcast_to(np.arange(self.batch_size)[:, None], valid.shape)[valid]
-    cols = (self.length[:, None] + col)[valid]
-    self.response_ids[rows, cols] = tokens[valid]
-    self.action_mask[rows, cols] = 1
-    self.response_mask[rows, cols] = 1
-    self.logprobs[rows, cols] = logprobs[valid]
+    at = np.broadcast_to(rows[:, None], valid.shape)[valid]
+    cols = (self.length[rows][:, None] + col)[valid]
+    self.response_ids[at, cols] = tokens[valid]
+    self.action_mask[at, cols] = 1
+    self.response_mask[at, cols] = 1
+    self.logprobs[at, cols] = logprobs[valid]
     ran = lengths > 0
-    self.length += lengths
-    self.num_turns[ran] += 1
-    self.turn_last_action[ran, turn] = (self.length[ran] - 1).astype(np.int32)
+    self.length[rows] += lengths
+    self.num_turns[rows[ran]] += 1
+    turns = np.broadcast_to(np.asarray(turn), rows.shape)
+    self.turn_last_action[rows[ran], turns[ran]] = (self.length[rows[ran]] - 1).astype(np.int32)
 
   def append_observation(self, b: int, ids: list[int]) -> None:
     """Writes observation tokens (action_mask 0, response_mask 1) after row b's response."""
