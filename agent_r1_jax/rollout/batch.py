@@ -63,6 +63,7 @@ class TrajectoryBatch:
   ground_truth: list[Any]
   data_source: list[str]
   timings: dict[str, float] = dataclasses.field(default_factory=dict)
+  stats: dict[str, float] = dataclasses.field(default_factory=dict)  # engine figures that are not times
 
   def __post_init__(self):
     b, p = self.prompt_ids.shape
@@ -83,7 +84,8 @@ class TrajectoryBatch:
 
   @classmethod
   def concatenate(cls, batches: Sequence[TrajectoryBatch]) -> TrajectoryBatch:
-    """The rows of `batches` (equal P and R) one after another; timings are summed (waves run in sequence)."""
+    """The rows of `batches` (equal P and R) one after another; timings are summed (waves run in sequence),
+    stats averaged weighted by rows."""
     if not batches:
       raise ValueError("concatenate needs at least one TrajectoryBatch")
     fields = {}
@@ -92,6 +94,10 @@ class TrajectoryBatch:
       if field.name == "timings":
         names = dict.fromkeys(k for t in values for k in t)
         fields[field.name] = {k: sum(t.get(k, 0.0) for t in values) for k in names}
+      elif field.name == "stats":
+        names = dict.fromkeys(k for t in values for k in t)
+        rows = [b.batch_size for b in batches]
+        fields[field.name] = {k: sum(n * t.get(k, 0.0) for n, t in zip(rows, values)) / sum(rows) for k in names}
       elif isinstance(values[0], np.ndarray):
         fields[field.name] = np.concatenate(values, axis=0)
       else:
@@ -232,4 +238,6 @@ class TrajectoryBatch:
         out[f"rollout/stop_{reason.name.lower()}"] = float(np.mean(self.stop_reason == reason))
     for name, seconds in self.timings.items():
       out[f"rollout/time_{name}_s"] = float(seconds)
+    for name, value in self.stats.items():
+      out[f"rollout/{name}"] = float(value)
     return out
