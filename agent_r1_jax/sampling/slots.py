@@ -1,0 +1,263 @@
+"""Decode slots: a fixed set of N cache rows that episodes stream through, and the two jitted programs that
+drive them (the device half of the slot engine; `rollout.slot_engine` is the host loop).
+
+Shapes (all static, so each program compiles once per bucket):
+  N   slots (global rows: `slots_per_device` x the devices along the mesh's batch axes, data x fsdp);
+  S   cache slots per row (`Sampler.max_cache_length`);  V vocabulary;  K stop window (`stop_sequences.pack`);
+  Tb  extension bucket of the longest row appended in one call (`buckets.extend_bucket`);
+  C   `decode_chunk`, tokens per row per decode call.
+
+State (`SlotState`): the KV cache `[N, S]`, next-token logits `[N, V]`, and each row's stop window `[N, K]` (its
+last K tokens of the current turn, -1 before the turn's first). A slot holds one episode at a time; its cache row
+is the episode's context written from slot 0: prompt, then sampled turns and observations in order, so a row's
+cursor always equals its real-token count (no left padding).
+
+Programs:
+  extend  `reset` bool `[N]`, ids/mask `[N, Tb]` right-padded: rows with `reset` are emptied first (valid all
+          False, lengths 0, cursor 0: the keys/values left in the row are never read again, every slot past the
+          cursor being invalid), then every row's new tokens are appended at its cursor (an incremental prefill;
+          a row with nothing to append keeps its cache contents and logits). Prefill of a queued episode and the
+          append of an observation are the same call, so one batched extend serves both.
+  decode  up to C steps over every row: sample, record, feed the token back. A row with `budgets[b] = 0` is
+          inactive (untouched). `fresh[b]` starts a turn: the row's stop window is emptied first; otherwise the
+          window carries over from the previous chunk, so a stop sequence split across chunks still ends the turn,
+          and the host passes the turn's remaining budget. A row stops within the chunk when its window completes
+          a stop sequence (STOP_TOKEN) or it spends its budget (LENGTH); NONE means the chunk ended first.
+
+Randomness is keyed by episode and position, not by slot or call: the token at context position t (= the real
+tokens before it = the cache row's `lengths` when it is sampled) of episode e draws its Gumbel noise from
+`fold_in(fold_in(rng, e), t)`, so an episode samples the same tokens whichever slot it runs in, whichever other
+episodes share the batch, and however its turns are cut into chunks.
+
+Worked example of slot reuse (N = 2, C = 4, three episodes): episode 0 is prefilled into slot 0 and episode 1
+into slot 1 (one extend, both rows reset); after some chunks slot 1's episode ends, and the next extend resets
+row 1 and appends episode 2's prompt at slots [0, p2) while row 0, waiting for its tool, appends nothing; row 1's
+old keys/values beyond p2 stay in memory but are invalid, and are overwritten as episode 2 grows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from agent_r1_jax.models.kv_cache import KVCache, constrain_kv
+from agent_r1_jax.models.qwen2 import merge_for_compute
+from agent_r1_jax.models.sharding import SAMPLING_RULES, constrain
+from agent_r1_jax.sampling import buckets, multihost
+from agent_r1_jax.sampling import stop_sequences as stops_lib
+from agent_r1_jax.sampling.params import SamplingParams
+from agent_r1_jax.sampling.programs import _extend, feed_back, segment_end
+from agent_r1_jax.sampling.sample import sample_tokens_per_row
+from agent_r1_jax.sampling.sampler import Sampler
+
+
+@dataclasses.dataclass
+class SlotState:
+  """The slots' device state plus the host's account of each row's fill.
+
+  Attributes:
+    cache: KV cache over N rows (`KVCache`).
+    last_logits: float32 `[N, V]`, each row's next-token logits.
+    window: int32 `[N, K]`, each row's last K tokens of its current turn (-1 before the turn's first).
+    host_lengths: int64 `[N]`, real tokens in each row (= its cursor; checked against the device after a chunk).
+  """
+
+  cache: KVCache
+  last_logits: jax.Array
+  window: jax.Array
+  host_lengths: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+  """One decode call's output (numpy), over the N rows.
+
+  tokens int32 `[N, C]` (pad after a row's count), logprobs float32 `[N, C]` (0 after it), counts int32 `[N]`
+  tokens sampled this chunk, stop_reasons int32 `[N]` (`StopReason`: NONE = the turn goes on), lengths int32 `[N]`
+  real tokens in each cache row after the chunk.
+  """
+
+  tokens: np.ndarray
+  logprobs: np.ndarray
+  counts: np.ndarray
+  stop_reasons: np.ndarray
+  lengths: np.ndarray
+
+
+def batch_devices(mesh: Mesh | None) -> int:
+  """Devices a batch row is split over: data x fsdp of the mesh (1 without one); tensor devices share rows."""
+  if mesh is None:
+    return 1
+  shape = dict(mesh.shape)
+  return shape.get("data", 1) * shape.get("fsdp", 1)
+
+
+def _init(*, rows, max_length, layers, kv_width, vocab, window, cache_dtype, kv_heads):
+  shape = (rows, max_length, kv_width)
+  cache = KVCache(k=tuple(constrain_kv(jnp.zeros(shape, cache_dtype), kv_heads) for _ in range(layers)),
+                  v=tuple(constrain_kv(jnp.zeros(shape, cache_dtype), kv_heads) for _ in range(layers)),
+                  valid=constrain(jnp.zeros((rows, max_length), bool), ("batch", None)),
+                  lengths=constrain(jnp.zeros((rows,), jnp.int32), ("batch",)),
+                  cursor=constrain(jnp.zeros((rows,), jnp.int32), ("batch",)))
+  logits = constrain(jnp.zeros((rows, vocab), jnp.float32), ("batch", None))
+  return cache, logits, constrain(jnp.full((rows, window), stops_lib.ABSENT, jnp.int32), ("batch", None))
+
+
+def _slot_extend(graphdef, params, cache, last_logits, reset, ids, mask):
+  keep = ~reset
+  cache = dataclasses.replace(cache, valid=cache.valid & keep[:, None], lengths=jnp.where(keep, cache.lengths, 0),
+                              cursor=jnp.where(keep, cache.cursor, 0))
+  return _extend(graphdef, params, cache, last_logits, ids, mask)
+
+
+def _decode_chunk(graphdef, params, cache, last_logits, window, budgets, fresh, episodes, stops, rng, *, sampling,
+                  chunk, pad_id):
+  model = merge_for_compute(graphdef, params, rules=SAMPLING_RULES)  # a no-op on prepared weights
+  head = model.head_kernel()
+  n = budgets.shape[0]
+  window = jnp.where(fresh[:, None], stops_lib.ABSENT, window)
+  episode_keys = None if sampling.is_greedy else jax.vmap(jax.random.fold_in, in_axes=(None, 0))(rng, episodes)
+  max_steps = jnp.minimum(jnp.max(budgets), chunk)
+
+  def cond(carry):
+    step, done = carry[0], carry[7]
+    return (step < max_steps) & ~jnp.all(done)
+
+  def body(carry):
+    step, cache, logits, window, tokens, logprobs, count, done, reason = carry
+    # Greedy draws no noise, so it needs no keys.
+    keys = None if episode_keys is None else jax.vmap(jax.random.fold_in)(episode_keys, cache.lengths)
+    token, logprob = sample_tokens_per_row(logits, keys, sampling)
+    active = ~done
+    token = jnp.where(active, token, pad_id)
+    tokens = jax.lax.dynamic_update_slice(tokens, token[:, None], (0, step))
+    logprobs = jax.lax.dynamic_update_slice(logprobs, jnp.where(active, logprob, 0.0)[:, None], (0, step))
+    count = count + active.astype(jnp.int32)
+    window = jnp.where(active[:, None], stops_lib.push(window, token), window)
+    stopped, exhausted, reason = segment_end(window, stops, active, count, budgets, reason)
+    cache, logits = feed_back(model, head, cache, logits, token, active)
+    return step + 1, cache, logits, window, tokens, logprobs, count, done | stopped | exhausted, reason
+
+  init = (jnp.int32(0), cache, last_logits, window, jnp.full((n, chunk), pad_id, jnp.int32),
+          jnp.zeros((n, chunk), jnp.float32), jnp.zeros((n,), jnp.int32), budgets <= 0, jnp.zeros((n,), jnp.int32))
+  _, cache, logits, window, tokens, logprobs, count, _, reason = jax.lax.while_loop(cond, body, init)
+  return cache, logits, window, tokens, logprobs, count, reason, cache.lengths
+
+
+init_jit = jax.jit(_init, static_argnames=("rows", "max_length", "layers", "kv_width", "vocab", "window",
+                                           "cache_dtype", "kv_heads"))
+slot_extend_jit = jax.jit(_slot_extend, static_argnums=0, donate_argnums=(2, 3))
+decode_chunk_jit = jax.jit(_decode_chunk, static_argnums=0, donate_argnums=(2, 3, 4),
+                           static_argnames=("sampling", "chunk", "pad_id"))
+
+
+def compiled_slot_programs() -> int:
+  """Slot programs compiled so far in this process (init + extend + decode chunk caches)."""
+  return sum(f._cache_size() for f in (init_jit, slot_extend_jit, decode_chunk_jit))  # pylint: disable=protected-access
+
+
+class SlotDecoder:
+  """N decode slots over a `Sampler`'s model, stops, pad id, cache size, cache dtype and mesh.
+
+  Args:
+    sampler: the lockstep sampler whose settings the slots share (its programs are not used).
+    slots_per_device: rows per batch device; N = slots_per_device x `batch_devices(sampler.mesh)`.
+    decode_chunk: C, tokens per row per `decode` call.
+  """
+
+  def __init__(self, sampler: Sampler, *, slots_per_device: int, decode_chunk: int):
+    for name, value in (("slots_per_device", slots_per_device), ("decode_chunk", decode_chunk)):
+      if not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if jax.process_count() > 1:
+      raise NotImplementedError("the slot engine runs in one process so far; use the lockstep driver "
+                                "(rollout.engine=lockstep) for multi-process runs")
+    self.sampler = sampler
+    self.slots = int(slots_per_device) * batch_devices(sampler.mesh)
+    self.decode_chunk = int(decode_chunk)
+    # The sampler's placement (under its mesh: rows over the batch axes, replicated stops and key) and stops.
+    # pylint: disable-next=protected-access
+    self._run, self._rows, self._same, self._stops = sampler._run, sampler._batch, sampler._replicated, sampler._stops
+
+  def init(self) -> SlotState:
+    """Every slot empty: no valid cache slot, lengths and cursors 0, windows -1."""
+    s = self.sampler
+    config = s.config
+    cache, logits, window = self._run(
+        init_jit, rows=self.slots, max_length=s.max_cache_length, layers=config.num_hidden_layers,
+        kv_width=config.num_key_value_heads * config.head_dim, vocab=config.vocab_size,
+        window=self._stops.shape[1], cache_dtype=s.cache_dtype, kv_heads=config.num_key_value_heads)
+    return SlotState(cache, logits, window, np.zeros(self.slots, np.int64))
+
+  def extend(self, params, state: SlotState, rows: Sequence[Sequence[int]], reset: np.ndarray) -> SlotState:
+    """Empties the rows with `reset` (bool `[N]`), then appends `rows[b]` (ragged ids; empty = nothing) to row b.
+
+    Raises ValueError (before any device work) when a row would overflow the cache or holds an id outside the
+    vocabulary.
+    """
+    # Copies: on CPU the transfer may alias host memory and read it after this call returns (extend does not wait
+    # for its result), while the caller reuses its arrays (a mesh run read a reset flag the engine had cleared).
+    reset = np.array(reset, bool)
+    if len(rows) != self.slots or reset.shape != (self.slots,):
+      raise ValueError(f"extend needs one id list and one reset flag per slot ({self.slots}), got {len(rows)} "
+                       f"and {reset.shape}")
+    lengths = np.where(reset, 0, state.host_lengths)
+    added = np.asarray([len(r) for r in rows], np.int64)
+    vocab, cap = self.sampler.config.vocab_size, self.sampler.max_cache_length
+    for b, row in enumerate(rows):
+      if len(row) and (min(row) < 0 or max(row) >= vocab):
+        raise ValueError(f"slot {b}: token ids must be in [0, {vocab}), got {list(row)}")
+      if lengths[b] + added[b] > cap:
+        raise ValueError(f"slot {b} would overflow the KV cache: {lengths[b]} slots used + {added[b]} new tokens > "
+                         f"max_cache_length={cap}")
+    tb = buckets.extend_bucket(int(added.max()))
+    ids = np.full((self.slots, tb), self.sampler.pad_id, np.int32)
+    mask = np.zeros((self.slots, tb), np.int32)
+    for b, row in enumerate(rows):
+      ids[b, :len(row)] = row
+      mask[b, :len(row)] = 1
+    cache, logits = self._run(slot_extend_jit, self.sampler.graphdef, params, state.cache, state.last_logits,
+                              self._rows(reset), self._rows(ids), self._rows(mask))
+    return SlotState(cache, logits, state.window, lengths + added)
+
+  def decode(self, params, state: SlotState, budgets: np.ndarray, fresh: np.ndarray, episodes: np.ndarray,
+             sampling: SamplingParams, rng: jax.Array) -> tuple[SlotState, Chunk]:
+    """One chunk of up to C tokens per row.
+
+    Args:
+      budgets: int `[N]`, tokens row b may still sample in its current turn (0 = inactive this chunk).
+      fresh: bool `[N]`, row b's turn starts with this chunk (its stop window is emptied).
+      episodes: int `[N]`, the episode each row holds (its key; any value for inactive rows).
+      rng: the rollout's PRNG key (see the module docstring for how it is split).
+    """
+    budgets = np.asarray(budgets)
+    if budgets.shape != (self.slots,) or not np.issubdtype(budgets.dtype, np.integer) or (budgets < 0).any():
+      raise ValueError(f"budgets must be integers >= 0 of shape ({self.slots},), got {budgets!r}")
+    over = np.flatnonzero(state.host_lengths + budgets > self.sampler.max_cache_length)
+    if over.size:
+      b = int(over[0])
+      raise ValueError(f"slot {b} would overflow the KV cache: {state.host_lengths[b]} slots used + budget "
+                       f"{budgets[b]} > max_cache_length={self.sampler.max_cache_length}")
+    if not isinstance(sampling, SamplingParams):
+      raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+    fresh, episodes = np.array(fresh, bool), np.array(episodes, np.int32)  # copies, as in `extend`
+    if fresh.shape != (self.slots,) or episodes.shape != (self.slots,):
+      raise ValueError(f"fresh and episodes must have shape ({self.slots},), got {fresh.shape} and {episodes.shape}")
+    out = self._run(decode_chunk_jit, self.sampler.graphdef, params, state.cache, state.last_logits, state.window,
+                    self._rows(budgets.astype(np.int32)), self._rows(fresh), self._rows(episodes),
+                    self._same(self._stops), self._same(rng), sampling=sampling, chunk=self.decode_chunk,
+                    pad_id=self.sampler.pad_id)
+    cache, logits, window, tokens, logprobs, counts, reasons, lengths = out
+    chunk = Chunk(*(multihost.local_rows(x) for x in (tokens, logprobs, counts, reasons, lengths)))
+    host_lengths = state.host_lengths + chunk.counts
+    if not np.array_equal(chunk.lengths, host_lengths):
+      raise RuntimeError(f"slot cache lengths {chunk.lengths} disagree with the host's {host_lengths}")
+    return SlotState(cache, logits, window, host_lengths), chunk
+
+
+__all__ = ["Chunk", "SlotDecoder", "SlotState", "batch_devices", "compiled_slot_programs"]
