@@ -163,6 +163,15 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # Rows one device samples at a time (0: all of the step's rows at once): a step whose KV cache would not fit a
   # chip samples its prompts in successive waves of max_rows_per_device x (mesh.data x mesh.fsdp) rows.
   c.rollout.max_rows_per_device = 0
+  # How a step's episodes are sampled: "lockstep" (every row decodes each turn to its end, then the tools run for
+  # all rows) or "slots" (episodes stream through fixed decode slots; a row's tool call runs while others decode).
+  c.rollout.engine = "lockstep"
+  # The slot engine's decode slots per batch device (0: as many as the step's rows per device).
+  c.rollout.slots_per_device = 0
+  # Tokens each slot-engine decode call samples per slot at most (a turn spans as many calls as it needs).
+  c.rollout.decode_chunk = 32
+  # Threads running the slot engine's tool calls (the environment must accept concurrent calls when > 1).
+  c.rollout.tool_workers = 8
 
   # ---- algorithm ---------------------------------------------------------------------------------------
   c.algorithm = config_dict.ConfigDict()
@@ -329,6 +338,7 @@ def validate(c: config_dict.ConfigDict) -> None:
   if not c.dry_run_topology:  # else the dry run checks the split over the slice's devices (check_topology_mesh)
     _check_batch_split(c, batch_devices(c, jax.device_count()), jax.process_count())
     prompts_per_wave(c, jax.device_count(), jax.process_count())
+  _check_engine(c)
   estimator = rl.get_estimator(c.algorithm.adv_estimator)  # what it needs, as registered
   if estimator.needs_group_ids and c.rollout.n_samples < 2:
     raise ValueError(f"{estimator.name} compares samples of the same prompt: set "
@@ -437,6 +447,34 @@ def micro_batches(c: config_dict.ConfigDict, section: str, rows: int, device_cou
 def loss_agg_horizon(c: config_dict.ConfigDict) -> int:
   """H of seq-mean-token-sum-norm: `algorithm.loss_agg_horizon`, default `rollout.max_response_length`."""
   return c.algorithm.loss_agg_horizon or c.rollout.max_response_length
+
+
+ENGINES = ("lockstep", "slots")
+
+
+def _check_engine(c: config_dict.ConfigDict) -> None:
+  """The rollout engine's fields: one ValueError naming the field to change."""
+  r = c.rollout
+  if r.engine not in ENGINES:
+    raise ValueError(f"rollout.engine must be one of {list(ENGINES)}, got {r.engine!r}")
+  for name, least in (("slots_per_device", 0), ("decode_chunk", 1), ("tool_workers", 1)):
+    value = r[name]
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+      raise ValueError(f"rollout.{name} must be an integer >= {least}, got {value!r}")
+  if r.engine == "slots" and r.max_rows_per_device:
+    raise ValueError("rollout.max_rows_per_device samples a step in waves, which is the lockstep engine's way to "
+                     "bound the KV cache; the slot engine bounds it with rollout.slots_per_device: set "
+                     "--config.rollout.max_rows_per_device=0 or --config.rollout.engine=lockstep")
+
+
+def slots_per_device(c: config_dict.ConfigDict, device_count: int, process_count: int) -> int:
+  """The slot engine's decode slots per batch device: `rollout.slots_per_device`, or (0) enough for all of a
+  process's rows at once, ceil(prompts per process x n_samples / batch devices per process)."""
+  if c.rollout.slots_per_device:
+    return int(c.rollout.slots_per_device)
+  rows = c.trainer.batch_size // process_count * c.rollout.n_samples
+  local_devices = max(batch_devices(c, device_count) // process_count, 1)
+  return -(-rows // local_devices)
 
 
 def prompts_per_wave(c: config_dict.ConfigDict, device_count: int, process_count: int) -> int:

@@ -34,7 +34,7 @@ from agent_r1_jax import rl
 from agent_r1_jax.data.loader import example_iterator
 from agent_r1_jax.models import save_hf_checkpoint
 from agent_r1_jax.models.sharding import place as place_on_mesh
-from agent_r1_jax.rollout import evaluation, run_episodes_in_waves
+from agent_r1_jax.rollout import evaluation, run_episodes_in_waves, run_slot_episodes
 from agent_r1_jax.sampling import SamplingParams
 from agent_r1_jax.sampling.multihost import agreed_max
 from agent_r1_jax.trainer import actor_checkpoint, assets, backend, build
@@ -187,17 +187,24 @@ class RLTrainer:
             pick[self.c.algorithm.advantage_mask].astype(jnp.float32))
 
   def rollout(self, step: int, key: jax.Array):
-    """Samples `n_samples` episodes for each of the next `batch_size` training prompts and scores them."""
+    """Samples `n_samples` episodes for each of the next `batch_size` training prompts with the configured engine
+    (`rollout.engine`: the lockstep driver in waves, or the slot engine) and scores them."""
     c = self.c
     examples = next(self.data_iter)
-    traj = run_episodes_in_waves(
-        self.sampler, self.state["actor"], self.task.env, self.task.tokenizer,
-        [self.task.render(ex) for ex in examples], self.rollout_cfg, self.sampling, jax.random.fold_in(key, 0),
-        prompts_per_wave=config_lib.prompts_per_wave(c, jax.device_count(), jax.process_count()),
-        samples_per_prompt=c.rollout.n_samples, ground_truths=[list(ex["answers"]) for ex in examples],
-        data_sources=[ex["data_source"] for ex in examples],
-        group_offset=(step * jax.process_count() + jax.process_index()) * self.prompts_per_process,
-        check_env=False)
+    episodes = dict(samples_per_prompt=c.rollout.n_samples, ground_truths=[list(ex["answers"]) for ex in examples],
+                    data_sources=[ex["data_source"] for ex in examples],
+                    group_offset=(step * jax.process_count() + jax.process_index()) * self.prompts_per_process,
+                    check_env=False)
+    args = (self.sampler, self.state["actor"], self.task.env, self.task.tokenizer,
+            [self.task.render(ex) for ex in examples], self.rollout_cfg, self.sampling, jax.random.fold_in(key, 0))
+    if c.rollout.engine == "slots":
+      traj = run_slot_episodes(
+          *args, slots_per_device=config_lib.slots_per_device(c, jax.device_count(), jax.process_count()),
+          decode_chunk=c.rollout.decode_chunk, tool_workers=c.rollout.tool_workers, **episodes)
+    else:
+      traj = run_episodes_in_waves(
+          *args, prompts_per_wave=config_lib.prompts_per_wave(c, jax.device_count(), jax.process_count()),
+          **episodes)
     return traj, evaluation.score_batch(traj, reward_style=c.algorithm.reward_style)
 
   def _trim(self, traj):
