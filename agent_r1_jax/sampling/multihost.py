@@ -10,7 +10,12 @@ each process holds only its own (local) rows. So:
     `[i * b, (i + 1) * b)` are process i's (`global_rows`); replicated inputs are identical everywhere;
   * results come back to the host from this process's addressable shards only (`local_rows`);
   * the driver's turn loop runs until no row of any process is active (`any_across_processes`): a process
-    whose own rows have all finished keeps calling the sampler with all-zero budgets until then.
+    whose own rows have all finished keeps calling the sampler with all-zero budgets until then;
+  * values each process must know of every other (the slot engine's episode ranges and slot settings) are one
+    `gather_across_processes`.
+
+Each helper that communicates is a collective: every process must call it, in the same order as the jitted
+programs, with the same number of values.
 """
 
 from __future__ import annotations
@@ -32,6 +37,14 @@ def agreed_max(values: Sequence[int]) -> np.ndarray:
     return local
   gathered = np.asarray(multihost_utils.process_allgather(local))  # [processes, n]
   return gathered.reshape(-1, local.size).max(axis=0)
+
+
+def gather_across_processes(values: Sequence[int]) -> np.ndarray:
+  """int64 `[processes, n]`: row i holds process i's `values` (one `process_allgather`; none with one process)."""
+  local = np.asarray(values, np.int64).reshape(-1)
+  if jax.process_count() == 1:
+    return local[None]
+  return np.asarray(multihost_utils.process_allgather(local)).reshape(-1, local.size)
 
 
 def any_across_processes(local_flags: np.ndarray) -> bool:

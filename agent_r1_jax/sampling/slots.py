@@ -2,7 +2,9 @@
 drive them (the device half of the slot engine; `rollout.slot_engine` is the host loop).
 
 Shapes (all static, so each program compiles once per bucket):
-  N   slots (global rows: `slots_per_device` x the devices along the mesh's batch axes, data x fsdp);
+  N   slots (global rows: `slots_per_device` x the devices along the mesh's batch axes, data x fsdp); a process
+      passes and gets back its own n = N / processes rows (`SlotDecoder.slots`), rows [i n, (i + 1) n) being
+      process i's (`multihost.global_rows`);
   S   cache slots per row (`Sampler.max_cache_length`);  V vocabulary;  K stop window (`stop_sequences.pack`);
   Tb  extension bucket of the longest row appended in one call (`buckets.extend_bucket`);
   C   `decode_chunk`, tokens per row per decode call.
@@ -23,6 +25,13 @@ Programs:
           window carries over from the previous chunk, so a stop sequence split across chunks still ends the turn,
           and the host passes the turn's remaining budget. A row stops within the chunk when its window completes
           a stop sequence (STOP_TOKEN) or it spends its budget (LENGTH); NONE means the chunk ended first.
+
+Multi-process (multi-controller JAX, a mesh spanning every process): `init`, `extend` and `decode` are collective
+programs. Every process must call them in the same order with the same static shapes: the same N and C, and for
+`extend` the same bucket Tb, which is why `SlotDecoder.extend` takes the longest row over all processes
+(`extend_length`, agreed by the caller or reduced here). A process with nothing to do still joins a call: an
+extend whose local rows are all empty and not reset, a decode whose local budgets are all 0, leave its rows
+untouched. Episode numbers passed to `decode` must be global (unique over processes) for the keys below to be.
 
 Randomness is keyed by episode and position, not by slot or call: the token at context position t (= the real
 tokens before it = the cache row's `lengths` when it is sampled) of episode e draws its Gumbel noise from
@@ -64,7 +73,8 @@ class SlotState:
     cache: KV cache over N rows (`KVCache`).
     last_logits: float32 `[N, V]`, each row's next-token logits.
     window: int32 `[N, K]`, each row's last K tokens of its current turn (-1 before the turn's first).
-    host_lengths: int64 `[N]`, real tokens in each row (= its cursor; checked against the device after a chunk).
+    host_lengths: int64 `[n]`, real tokens in each of this process's rows (= its cursor; checked against the
+      device after a chunk).
   """
 
   cache: KVCache
@@ -75,10 +85,10 @@ class SlotState:
 
 @dataclasses.dataclass(frozen=True)
 class Chunk:
-  """One decode call's output (numpy), over the N rows.
+  """One decode call's output (numpy), over this process's n rows (N with one process).
 
-  tokens int32 `[N, C]` (pad after a row's count), logprobs float32 `[N, C]` (0 after it), counts int32 `[N]`
-  tokens sampled this chunk, stop_reasons int32 `[N]` (`StopReason`: NONE = the turn goes on), lengths int32 `[N]`
+  tokens int32 `[n, C]` (pad after a row's count), logprobs float32 `[n, C]` (0 after it), counts int32 `[n]`
+  tokens sampled this chunk, stop_reasons int32 `[n]` (`StopReason`: NONE = the turn goes on), lengths int32 `[n]`
   real tokens in each cache row after the chunk.
   """
 
@@ -168,17 +178,26 @@ class SlotDecoder:
     sampler: the lockstep sampler whose settings the slots share (its programs are not used).
     slots_per_device: rows per batch device; N = slots_per_device x `batch_devices(sampler.mesh)`.
     decode_chunk: C, tokens per row per `decode` call.
+
+  Attributes:
+    slots: n, the rows this process passes to `extend` / `decode` and gets back: N, or with a mesh spanning P
+      processes N / P (slots_per_device x this process's batch devices); every process must use the same
+      slots_per_device and decode_chunk.
+    global_slots: N, the rows of the device state.
   """
 
   def __init__(self, sampler: Sampler, *, slots_per_device: int, decode_chunk: int):
     for name, value in (("slots_per_device", slots_per_device), ("decode_chunk", decode_chunk)):
       if not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if jax.process_count() > 1:
-      raise NotImplementedError("the slot engine runs in one process so far; use the lockstep driver "
-                                "(rollout.engine=lockstep) for multi-process runs")
     self.sampler = sampler
-    self.slots = int(slots_per_device) * batch_devices(sampler.mesh)
+    self.global_slots = int(slots_per_device) * batch_devices(sampler.mesh)
+    processes = jax.process_count() if sampler.mesh is not None else 1
+    if self.global_slots % processes:
+      raise ValueError(f"the mesh {dict(sampler.mesh.shape)} has {batch_devices(sampler.mesh)} batch devices "
+                       f"(data x fsdp), which do not split evenly over {processes} processes; put the processes "
+                       "along the data/fsdp axes")
+    self.slots = self.global_slots // processes
     self.decode_chunk = int(decode_chunk)
     # The sampler's placement (under its mesh: rows over the batch axes, replicated stops and key) and stops.
     # pylint: disable-next=protected-access
@@ -189,16 +208,23 @@ class SlotDecoder:
     s = self.sampler
     config = s.config
     cache, logits, window = self._run(
-        init_jit, rows=self.slots, max_length=s.max_cache_length, layers=config.num_hidden_layers,
+        init_jit, rows=self.global_slots, max_length=s.max_cache_length, layers=config.num_hidden_layers,
         kv_width=config.num_key_value_heads * config.head_dim, vocab=config.vocab_size,
         window=self._stops.shape[1], cache_dtype=s.cache_dtype, kv_heads=config.num_key_value_heads)
     return SlotState(cache, logits, window, np.zeros(self.slots, np.int64))
 
-  def extend(self, params, state: SlotState, rows: Sequence[Sequence[int]], reset: np.ndarray) -> SlotState:
-    """Empties the rows with `reset` (bool `[N]`), then appends `rows[b]` (ragged ids; empty = nothing) to row b.
+  def extend(self, params, state: SlotState, rows: Sequence[Sequence[int]], reset: np.ndarray, *,
+             extend_length: int | None = None) -> SlotState:
+    """Empties the rows with `reset` (bool `[n]`), then appends `rows[b]` (ragged ids; empty = nothing) to row b.
 
-    Raises ValueError (before any device work) when a row would overflow the cache or holds an id outside the
-    vocabulary.
+    A collective call under a multi-process mesh (see the module docstring).
+
+    Args:
+      extend_length: the longest row over all processes (its bucket is the program's shape), agreed by the
+        caller; default: this process's longest with one process, else one cross-process max.
+
+    Raises ValueError (before any device work) when a row would overflow the cache, holds an id outside the
+    vocabulary, or is longer than `extend_length`.
     """
     # Copies: on CPU the transfer may alias host memory and read it after this call returns (extend does not wait
     # for its result), while the caller reuses its arrays (a mesh run read a reset flag the engine had cleared).
@@ -215,7 +241,13 @@ class SlotDecoder:
       if lengths[b] + added[b] > cap:
         raise ValueError(f"slot {b} would overflow the KV cache: {lengths[b]} slots used + {added[b]} new tokens > "
                          f"max_cache_length={cap}")
-    tb = buckets.extend_bucket(int(added.max()))
+    longest = int(added.max())
+    if extend_length is None:
+      extend_length = int(multihost.agreed_max([longest])[0])
+    elif not isinstance(extend_length, (int, np.integer)) or extend_length < longest:
+      raise ValueError(f"extend_length={extend_length!r} is smaller than this process's longest row ({longest}); "
+                       "pass the max over all processes (or None to compute it)")
+    tb = buckets.extend_bucket(int(extend_length))
     ids = np.full((self.slots, tb), self.sampler.pad_id, np.int32)
     mask = np.zeros((self.slots, tb), np.int32)
     for b, row in enumerate(rows):
@@ -227,13 +259,14 @@ class SlotDecoder:
 
   def decode(self, params, state: SlotState, budgets: np.ndarray, fresh: np.ndarray, episodes: np.ndarray,
              sampling: SamplingParams, rng: jax.Array) -> tuple[SlotState, Chunk]:
-    """One chunk of up to C tokens per row.
+    """One chunk of up to C tokens per row (this process's n rows; a collective call under a multi-process mesh:
+    every process calls it, with all budgets 0 when it has nothing to decode).
 
     Args:
-      budgets: int `[N]`, tokens row b may still sample in its current turn (0 = inactive this chunk).
-      fresh: bool `[N]`, row b's turn starts with this chunk (its stop window is emptied).
-      episodes: int `[N]`, the episode each row holds (its key; any value for inactive rows).
-      rng: the rollout's PRNG key (see the module docstring for how it is split).
+      budgets: int `[n]`, tokens row b may still sample in its current turn (0 = inactive this chunk).
+      fresh: bool `[n]`, row b's turn starts with this chunk (its stop window is emptied).
+      episodes: int `[n]`, the global episode each row holds (its key; any value for inactive rows).
+      rng: the rollout's PRNG key, the same on every process (see the module docstring for how it is split).
     """
     budgets = np.asarray(budgets)
     if budgets.shape != (self.slots,) or not np.issubdtype(budgets.dtype, np.integer) or (budgets < 0).any():
