@@ -30,7 +30,8 @@ import pytest
 from flax import nnx
 
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM
-from agent_r1_jax.rollout import EpisodeStop, RolloutConfig, run_episodes, run_slot_episodes, stop_strings
+from agent_r1_jax.rollout import (EpisodeStop, RolloutConfig, TrajectoryBatch, run_episodes, run_slot_episodes,
+                                  stop_strings)
 from agent_r1_jax.sampling import Sampler, SamplingParams
 from agent_r1_jax.sampling.slots import compiled_slot_programs
 from scripted_policy import QWEN_SPECIALS, add_token_chain, byte_tokenizer, chain_bonus, merge_bonus
@@ -110,8 +111,8 @@ class GateEnv(SteerEnv):
     return super().batch_step(texts)
 
 
-@pytest.fixture(scope="module")
-def policy():
+def build_policy():
+  """(graphdef, params) of the steered tiny policy (also built by the two-process test's workers)."""
   config = Qwen2Config(vocab_size=len(TOK), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=16)
   model = Qwen2ForCausalLM(config, rngs=nnx.Rngs(0))
@@ -126,6 +127,11 @@ def policy():
   add_token_chain(model, bonus, block_gain=4.0)
   graphdef, params = nnx.split(model)
   return graphdef, params
+
+
+@pytest.fixture(scope="module")
+def policy():
+  return build_policy()
 
 
 def prompt(i: int, steer: str, filler: int = 0) -> str:
@@ -145,8 +151,8 @@ def rollout_config() -> RolloutConfig:
                        max_context_length=short + c_episode + 20)
 
 
-def make_sampler(graphdef, config: RolloutConfig) -> Sampler:
-  return Sampler(graphdef, max_cache_length=config.cache_length, pad_id=PAD,
+def make_sampler(graphdef, config: RolloutConfig, mesh=None) -> Sampler:
+  return Sampler(graphdef, max_cache_length=config.cache_length, pad_id=PAD, mesh=mesh,
                  stop_sequences=stop_strings.turn_stop_sequences(TOK, False))
 
 
@@ -267,6 +273,27 @@ def test_sampling_is_the_same_for_any_slot_count_and_chunk(policy):
   assert other.response_text != first.response_text
 
 
+def test_episodes_are_keyed_by_their_global_row(policy):
+  """Two calls over consecutive shares of the prompts, each with the global group_offset of its first prompt (as the
+  processes of a multi-process run call it), sample the episodes of one call over all prompts; an explicit
+  episode_offset does the same without shifting the group ids."""
+  graphdef, params = policy
+  config = rollout_config()
+  sampler = make_sampler(graphdef, config)
+  run = lambda prompts, **kw: run_slot_episodes(  # noqa: E731
+      sampler, params, SteerEnv(), TOK, prompts, config, SAMPLED, jax.random.key(3), samples_per_prompt=3,
+      slots_per_device=5, decode_chunk=3, check_env=False, **kw)
+  whole = run(SAMPLED_PROMPTS)
+  first, rest = run(SAMPLED_PROMPTS[:1]), run(SAMPLED_PROMPTS[1:], group_offset=1)
+  assert_same_trajectories(TrajectoryBatch.concatenate([first, rest]), whole, logprob_atol=2e-5)
+  explicit = run(SAMPLED_PROMPTS[1:], episode_offset=3)
+  assert explicit.group_ids.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+  explicit.group_ids = rest.group_ids
+  assert_same_trajectories(explicit, rest, logprob_atol=0)
+  # Without an offset the same rows draw the first rows' keys: other episodes (the offset is what matched above).
+  assert run(SAMPLED_PROMPTS[1:]).response_text != rest.response_text
+
+
 def test_tool_latency_changes_nothing(policy):
   """Tools that sleep 0-40 ms return out of order and slots wait on them; the episodes are the same (sampled, and
   greedy against the lockstep driver)."""
@@ -308,7 +335,9 @@ def test_bad_arguments_fail_before_anything_runs(policy):
   before = compiled_slot_programs()
   for kwargs, message in ((dict(slots_per_device=0, decode_chunk=4), "slots_per_device must be a positive"),
                           (dict(slots_per_device=2, decode_chunk=0), "decode_chunk must be a positive"),
-                          (dict(slots_per_device=2, decode_chunk=4, tool_workers=0), "tool_workers must be")):
+                          (dict(slots_per_device=2, decode_chunk=4, tool_workers=0), "tool_workers must be"),
+                          (dict(slots_per_device=2, decode_chunk=4, tool_poll_s=0), "tool_poll_s must be"),
+                          (dict(slots_per_device=2, decode_chunk=4, episode_offset=-1), "episode_offset must be")):
     with pytest.raises(ValueError, match=message):
       run_slot_episodes(sampler, params, SteerEnv(), TOK, GREEDY_PROMPTS, config, GREEDY, jax.random.key(0),
                         **kwargs)

@@ -17,15 +17,42 @@ with nothing to append are untouched), then decodes one chunk over all DECODE ro
 one `batch_step` per (chunk, turn) group, on a `ThreadPoolExecutor`. Only when no row can decode does the host
 block, on the first tool call to return. The rollout ends when every episode has ended.
 
+Multi-process (a mesh spanning P processes, multi-controller JAX): each process runs this loop over its own
+episodes (its prompts' rows) in its own n = N / P slots, with its own tool pool, and every process calls the same
+sequence of jitted programs with the same shapes, so they stay collective. Per iteration, after harvesting and
+admitting (local), the processes agree on three numbers with one small all-gather (`multihost.agreed_max`):
+
+  * the longest pending append of any process (0: no extend this iteration; else every process runs the extend
+    program at that bucket, one whose slots append nothing joining with empty, not-reset rows);
+  * whether any process has a slot to decode (then every process runs the decode chunk, one with none with all
+    budgets 0);
+  * whether any process has an episode left (queued, or in a slot); the loop ends when none has.
+
+A process waiting for its tools therefore never blocks a collective: while another decodes, it joins the chunk
+with its rows masked and harvests its tool calls between chunks. When no process decodes, a process with tool
+calls in flight waits for one to return for at most `tool_poll_s` before the next agreement (so a process whose
+tool returned first is not held up by another's slower tool), and one with none goes straight to the next
+agreement, which waits for the others. With one process the agreement is local (no communication) and the wait
+is for the first call to return. Before the loop the processes check once (one all-gather) that they run the same
+slots_per_device and decode_chunk and that their episode ranges do not overlap.
+
+Collective calls, in order, the same on every process: per rollout the check's all-gather, `Sampler.prepare` (unless
+prepare_params=False) and the slots' init; per iteration the agreement, then the extend (iff the agreed length is
+> 0), then the decode chunk (iff any process decodes). An exception on one process (a user error, an env that
+raises) leaves the others waiting in their next collective, as in the lockstep driver.
+
 The turn, observation and ending rules are `turns`' (the lockstep driver's), applied per finished turn, and
 sampling is keyed by (episode, position) (`sampling.slots`), so the trajectories do not depend on N, C or on
-how long the tools take; with greedy decoding they equal the lockstep driver's.
+how long the tools take, nor on how the episodes are split over processes (episode e of the keys is the
+global row: `episode_offset` + the local row); with greedy decoding they equal the lockstep driver's.
 
 Timings (seconds): generation (extend and decode calls, waiting for their results included), tools (summed
 durations of the env calls, on whatever thread they ran, and the up-front probe), tools_blocked (wall time the host
-spent blocked on tool calls: tool time not hidden behind decoding; the probe counts), detokenize, tokenize, host
-(total - generation - tools_blocked), total. Stats: slot_occupancy (mean over decode chunks of the fraction of
-slots decoding), decode_chunks (their number), slots (N).
+spent blocked on tool calls: tool time not hidden behind decoding; the probe counts), sync (the cross-process
+agreements, waiting for the other processes included; ~0 with one process), detokenize, tokenize, host (total -
+generation - tools_blocked - sync), total. Stats: slot_occupancy (mean over the decode chunks this process ran,
+masked ones included, of the fraction of its slots decoding), decode_chunks (their number), slots (n, this
+process's slots).
 """
 
 from __future__ import annotations
@@ -46,6 +73,7 @@ from agent_r1_jax.rollout.config import RolloutConfig
 from agent_r1_jax.rollout.episode_state import EpisodeState
 from agent_r1_jax.rollout.turns import (PhaseTimer, ProcessRewardFn, append_observation, apply_step_results,
                                         build_batch, check_and_encode, record_process_rewards, turn_budgets)
+from agent_r1_jax.sampling import multihost
 from agent_r1_jax.sampling.params import SamplingParams, StopReason
 from agent_r1_jax.sampling.sampler import Sampler
 from agent_r1_jax.sampling.slots import Chunk, SlotDecoder
@@ -79,11 +107,13 @@ class _SlotLoop:
 
   def __init__(self, decoder: SlotDecoder, params: Any, env: Any, tokenizer: Any, episodes, ep: EpisodeState,
                config: RolloutConfig, sampling: SamplingParams, rng: jax.Array, pool, timer: PhaseTimer,
-               process_reward_fn: ProcessRewardFn | None):
+               process_reward_fn: ProcessRewardFn | None, *, episode_offset: int, tool_poll_s: float):
     n = decoder.slots
     self.decoder, self.params, self.env, self.tokenizer = decoder, params, env, tokenizer
     self.episodes, self.ep, self.config, self.sampling, self.rng = episodes, ep, config, sampling, rng
     self.pool, self.timer, self.process_reward_fn = pool, timer, process_reward_fn
+    self.episode_offset, self.tool_poll_s = episode_offset, tool_poll_s
+    self.multiprocess = jax.process_count() > 1
     self.queue = collections.deque(range(ep.batch_size))
     self.phase = np.full(n, Phase.FREE, np.int8)
     self.episode = np.zeros(n, np.int64)  # the episode a non-FREE slot holds
@@ -99,20 +129,33 @@ class _SlotLoop:
     self.occupancy: list[float] = []
     self.state = decoder.init()
 
+  def _unfinished(self) -> bool:
+    return bool(self.queue) or bool((self.phase != Phase.FREE).any())
+
   def run(self) -> None:
-    while self.queue or (self.phase != Phase.FREE).any():
+    """Iterations until no process has an episode left; each runs, on every process, one agreement and then the
+    same programs (an extend at the agreed bucket if any process appends, a decode chunk if any decodes)."""
+    while True:
       for future in [f for f in self.calls if f.done()]:
         self._observe(future)
       self._admit()
-      self._extend()
-      decoding = self.phase == Phase.DECODE
-      if decoding.any():
-        self._decode(decoding)
+      ready = np.flatnonzero(self.phase == Phase.READY)
+      longest = max((len(self.pending[s]) for s in ready), default=0)
+      will_decode = ready.size > 0 or bool((self.phase == Phase.DECODE).any())  # an extend makes READY decode
+      with self.timer("sync"):
+        extend_length, any_decode, any_left = (int(v) for v in multihost.agreed_max(
+            [longest, will_decode, self._unfinished()]))
+      if not any_left:
+        return
+      self._extend(ready, extend_length)
+      if any_decode:
+        self._decode(self.phase == Phase.DECODE)
       elif self.calls:
         start = time.perf_counter()
-        concurrent.futures.wait(list(self.calls), return_when=concurrent.futures.FIRST_COMPLETED)
+        concurrent.futures.wait(list(self.calls), timeout=self.tool_poll_s if self.multiprocess else None,
+                                return_when=concurrent.futures.FIRST_COMPLETED)
         self.timer.add("tools_blocked", time.perf_counter() - start)
-      elif self.queue or (self.phase != Phase.FREE).any():
+      elif self._unfinished():
         raise RuntimeError(f"internal error: slots {self.phase.tolist()} and {len(self.queue)} queued episodes, "
                            "but nothing to decode and no tool call in flight")
 
@@ -124,13 +167,16 @@ class _SlotLoop:
       self.phase[s], self.episode[s], self.reset[s] = Phase.READY, e, True
       self.pending[s] = self.episodes.prompts[e]
 
-  def _extend(self) -> None:
-    ready = np.flatnonzero(self.phase == Phase.READY)
+  def _extend(self, ready: np.ndarray, extend_length: int) -> None:
+    """Every process calls this each iteration with the agreed `extend_length`: the extend program runs on all
+    of them when it is > 0 (this process's READY rows append their pending ids, its other rows nothing), on none
+    when it is 0; then this process's READY slots start their turn."""
+    if extend_length > 0:
+      with self.timer("generation"):
+        self.state = self.decoder.extend(self.params, self.state, self.pending, self.reset,
+                                         extend_length=extend_length)
     if ready.size == 0:
       return
-    if any(self.pending[s] for s in ready):
-      with self.timer("generation"):
-        self.state = self.decoder.extend(self.params, self.state, self.pending, self.reset)
     for s in ready:
       self.pending[s] = []
     self.reset[:] = False
@@ -139,10 +185,12 @@ class _SlotLoop:
     self.phase[ready] = Phase.DECODE
 
   def _decode(self, decoding: np.ndarray) -> None:
+    """One decode chunk, run by every process when any decodes: this process's `decoding` slots sample (keyed by
+    their global episode), the rest are masked with budget 0 (all of them when it has nothing to decode)."""
     budgets = np.where(decoding, self.remaining, 0)
     with self.timer("generation"):
-      self.state, chunk = self.decoder.decode(self.params, self.state, budgets, self.fresh, self.episode,
-                                              self.sampling, self.rng)
+      self.state, chunk = self.decoder.decode(self.params, self.state, budgets, self.fresh,
+                                              self.episode_offset + self.episode, self.sampling, self.rng)
     self.occupancy.append(float(decoding.mean()))
     self.fresh[:] = False
     counts = chunk.counts.astype(np.int64)
@@ -212,6 +260,24 @@ class _SlotLoop:
         self.phase[s] = Phase.FREE
 
 
+def _check_processes(slots_per_device: int, decode_chunk: int, episode_offset: int, batch_size: int) -> None:
+  """One all-gather (a collective: every process calls it once per rollout, before any slot program): the processes
+  run the same slots_per_device and decode_chunk (else their programs' shapes would differ and the run hang), and
+  their episodes [episode_offset, episode_offset + B) do not overlap (else two processes would draw the same keys)."""
+  table = multihost.gather_across_processes([slots_per_device, decode_chunk, episode_offset, batch_size])
+  for column, name in ((0, "slots_per_device"), (1, "decode_chunk")):
+    if len(set(table[:, column].tolist())) > 1:
+      raise ValueError(f"every process must pass the same {name}; the processes passed {table[:, column].tolist()}")
+  spans = sorted((int(start), int(start + b), p) for p, (start, b) in enumerate(table[:, 2:]) if b > 0)
+  for (_, end, p), (start, _, q) in zip(spans, spans[1:]):
+    if start < end:
+      raise ValueError(f"processes {p} and {q} have overlapping episode ranges (episode_offset, rows per process: "
+                       f"{table[:, 2:].tolist()}): pass each process's global group_offset (or episode_offset)")
+  if spans and spans[-1][1] > np.iinfo(np.int32).max:
+    raise ValueError(f"episode numbers up to {spans[-1][1]} do not fit the int32 keys; lower group_offset or "
+                     "episode_offset")
+
+
 def run_slot_episodes(
     sampler: Sampler,
     params: Any,
@@ -232,6 +298,8 @@ def run_slot_episodes(
     check_env: bool = True,
     prepare_params: bool = True,
     tool_workers: int = 8,
+    episode_offset: int | None = None,
+    tool_poll_s: float = 0.005,
 ) -> TrajectoryBatch:
   """One multi-turn rollout through `slots_per_device` decode slots per batch device; see the module docstring.
 
@@ -242,16 +310,31 @@ def run_slot_episodes(
     slots_per_device: decode slots per device along the mesh's batch axes (N = this x data x fsdp; without a
       mesh, N = this).
     decode_chunk: C, tokens each decode call samples per slot at most; a turn spans as many chunks as it needs.
-    rng: episode e's token at context position t draws from `fold_in(fold_in(rng, e), t)` (e = its row).
+    rng: episode e's token at context position t draws from `fold_in(fold_in(rng, e), t)`, e = episode_offset +
+      its row; the same key on every process.
     tool_workers: threads running env.batch_step; with more than one the env must accept concurrent calls (the
       `envs.BaseToolEnv` family does; a tool that keeps state across calls must guard it).
+    episode_offset: the global number of this call's first row; default group_offset x samples_per_prompt, the
+      global row when `group_offset` is the global number of the first prompt (as a multi-process caller passes
+      it), so P processes over consecutive shares of the prompts sample what one process samples over all.
+    tool_poll_s: multi-process only: when no process decodes, how long a process waits for its own tool calls
+      before agreeing again with the others.
+
+  Multi-process: every process calls this with the same sampler settings, slots_per_device, decode_chunk,
+  sampling and rng, and its own prompts (any number; episode ranges must not overlap); see the module docstring.
 
   Returns:
-    The `TrajectoryBatch` of the B rows in row order (not slot order); `timings` and `stats` as in the module
-    docstring.
+    The `TrajectoryBatch` of this process's B rows in row order (not slot order); `timings` and `stats` as in the
+    module docstring.
   """
   if not isinstance(tool_workers, (int, np.integer)) or tool_workers < 1:
     raise ValueError(f"tool_workers must be a positive integer, got {tool_workers!r}")
+  if not isinstance(tool_poll_s, (int, float)) or not tool_poll_s > 0:
+    raise ValueError(f"tool_poll_s must be a positive number of seconds, got {tool_poll_s!r}")
+  if episode_offset is None:
+    episode_offset = group_offset * samples_per_prompt
+  if not isinstance(episode_offset, (int, np.integer)) or episode_offset < 0:
+    raise ValueError(f"episode_offset must be an integer >= 0, got {episode_offset!r}")
   decoder = SlotDecoder(sampler, slots_per_device=slots_per_device, decode_chunk=decode_chunk)
   timer = PhaseTimer()
   start = time.perf_counter()
@@ -265,13 +348,14 @@ def run_slot_episodes(
     probe = time.perf_counter() - probe_start
     timer.add("tools", probe)
     timer.add("tools_blocked", probe)
+  _check_processes(int(slots_per_device), decoder.decode_chunk, int(episode_offset), episodes.batch_size)
   ep = EpisodeState.create(episodes.prompt_mask, config.max_response_length, config.max_turns, episodes.pad_id)
   if prepare_params:
     with timer("generation"):
       params = sampler.prepare(params)  # cast and gathered once for every call of the rollout
   with concurrent.futures.ThreadPoolExecutor(int(tool_workers), thread_name_prefix="slot-tools") as pool:
     loop = _SlotLoop(decoder, params, env, tokenizer, episodes, ep, config, sampling, rng, pool, timer,
-                     process_reward_fn)
+                     process_reward_fn, episode_offset=int(episode_offset), tool_poll_s=float(tool_poll_s))
     try:
       loop.run()
     finally:
@@ -280,10 +364,11 @@ def run_slot_episodes(
   out = build_batch(ep, episodes, tokenizer, timer, group_offset=group_offset, ground_truths=ground_truths,
                     data_sources=data_sources)
   total = time.perf_counter() - start
-  names = ("generation", "tools", "tools_blocked", "detokenize", "tokenize")
+  names = ("generation", "tools", "tools_blocked", "sync", "detokenize", "tokenize")
   timings = {name: timer.seconds.get(name, 0.0) for name in names}
   timings["total"] = total
-  timings["host"] = total - timings["generation"] - timings["tools_blocked"]  # includes detokenize and tokenize
+  # host includes detokenize and tokenize
+  timings["host"] = total - timings["generation"] - timings["tools_blocked"] - timings["sync"]
   out.timings = timings
   out.stats = {"slot_occupancy": float(np.mean(loop.occupancy)) if loop.occupancy else 0.0,
                "decode_chunks": float(len(loop.occupancy)), "slots": float(decoder.slots)}
