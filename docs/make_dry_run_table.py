@@ -37,7 +37,7 @@ def _row(path: pathlib.Path) -> str:
   overrides = [a for a in command if a.startswith("--config.") and not a.startswith("--config.dry_run")]
   programs = {p["name"]: p for p in report["programs"]}
   worst = max(report["programs"], key=lambda p: p["peak"] if p["peak"] is not None else float("inf"))
-  decode = programs.get("decode", {})
+  decode = programs.get("decode") or programs.get("decode_chunk") or {}
   ratio = (f"{decode['bytes_accessed'] / decode['must_read_bytes']:.2f}x" if decode.get("must_read_bytes") else "-")
   flops = []
   for name in ("actor_update", "critic_update"):

@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from agent_r1_jax.models import make_mesh
 from agent_r1_jax.trainer import build, dry_run, roofline, tpu
 from agent_r1_jax.trainer import config as config_lib
 
@@ -230,3 +231,24 @@ def test_a_program_too_large_for_the_chip_is_a_does_not_fit_row_with_the_compile
   row = next(p for p in report.to_json()["programs"] if p["name"] == "decode")
   assert row["fits"] is False and row["peak"] >= kv_bytes and row["arguments"] is None and row["error"]
   assert "decode" in report.verdict() and "refused by the compiler" in report.verdict()
+
+
+@needs_libtpu
+def test_the_slot_engines_decode_holds_its_slots_not_the_steps_rows():
+  """`rollout.engine=slots` compiles the slot engine's decode chunk in place of the sampler's decode, and its
+  per-chip arguments grow by a row's KV cache and logits (plus small per-row vectors) per slot: 2 slots per chip
+  take 6 rows' worth less than 8, which is what the lockstep decode of the step's 8 rows per chip takes."""
+  mesh = make_mesh(1, -1, 1, devices=tpu.topology_devices("v5e:2x2"))
+
+  def decode_arguments(engine: str, slots_per_device: int) -> int:
+    c = _config("v5e:2x2", **{"rollout.engine": engine, "rollout.slots_per_device": slots_per_device})
+    name = "decode_chunk" if engine == "slots" else "decode"
+    (program,), _ = dry_run.size_programs(c, dry_run._architecture(c), mesh, programs=(name,))
+    assert program.name == name and program.error is None and program.must_read
+    return program.arguments
+
+  few, many, lockstep = decode_arguments("slots", 2), decode_arguments("slots", 8), decode_arguments("lockstep", 0)
+  # One row per chip: keys and values of the one layer, 256 slots x 8 KV heads x 128 (float32), and 4096 logits.
+  row = 2 * 256 * 8 * 128 * 4 + 4096 * 4
+  assert 6 * row <= many - few <= 6 * (row + 4096)
+  assert abs(many - lockstep) <= 8 * 4096  # the same cache and logits; only the small per-row vectors differ

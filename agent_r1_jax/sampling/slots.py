@@ -46,7 +46,9 @@ old keys/values beyond p2 stay in memory but are invalid, and are overwritten as
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -54,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from agent_r1_jax.models.kv_cache import KVCache, constrain_kv
+from agent_r1_jax.models.kv_cache import KVCache, constrain_kv, kv_axes
 from agent_r1_jax.models.qwen2 import merge_for_compute
 from agent_r1_jax.models.sharding import SAMPLING_RULES, constrain
 from agent_r1_jax.sampling import buckets, multihost
@@ -256,6 +258,42 @@ class SlotDecoder:
     cache, logits = self._run(slot_extend_jit, self.sampler.graphdef, params, state.cache, state.last_logits,
                               self._rows(reset), self._rows(ids), self._rows(mask))
     return SlotState(cache, logits, state.window, lengths + added)
+
+  def lower(self, params, *, extend_length: int, sampling: SamplingParams, only: str | None = None
+            ) -> dict[str, jax.stages.Lowered] | jax.stages.Lowered:
+    """The extend and decode-chunk programs over the N global slots, lowered for abstract inputs without running
+    anything (`params` may be `jax.ShapeDtypeStruct`s with shardings, e.g. `Sampler.abstract_prepared`), placed
+    as the running decoder places them: `.compile().memory_analysis()` sizes a run. `extend_length`: the longest
+    append of the rollout (a prompt or an observation; its bucket is the program's shape). With `only`
+    ("slot_extend" or "decode_chunk"), that program alone."""
+    s, config = self.sampler, self.sampler.config
+    n = self.global_slots
+    # pylint: disable-next=protected-access
+    placed = s._abstract
+    cache, logits, window = jax.eval_shape(functools.partial(
+        _init, rows=n, max_length=s.max_cache_length, layers=config.num_hidden_layers,
+        kv_width=config.num_key_value_heads * config.head_dim, vocab=config.vocab_size, window=self._stops.shape[1],
+        cache_dtype=s.cache_dtype, kv_heads=config.num_key_value_heads))
+    kv_names = kv_axes(config.num_key_value_heads, dict(s.mesh.shape).get("tensor", 1) if s.mesh else 1)
+    rows = lambda shape, dtype: placed(shape, dtype, ("batch",) + (None,) * (len(shape) - 1))  # noqa: E731
+    cache = KVCache(k=tuple(placed(a.shape, a.dtype, kv_names) for a in cache.k),
+                    v=tuple(placed(a.shape, a.dtype, kv_names) for a in cache.v),
+                    valid=rows(cache.valid.shape, bool), lengths=rows((n,), jnp.int32), cursor=rows((n,), jnp.int32))
+    logits, window = rows(logits.shape, logits.dtype), rows(window.shape, window.dtype)
+    tb = buckets.extend_bucket(int(extend_length))
+    key = jax.eval_shape(lambda: jax.random.key(0))
+    lowerings = {
+        "slot_extend": lambda: slot_extend_jit.lower(s.graphdef, params, cache, logits, rows((n,), bool),
+                                                     rows((n, tb), jnp.int32), rows((n, tb), jnp.int32)),
+        "decode_chunk": lambda: decode_chunk_jit.lower(
+            s.graphdef, params, cache, logits, window, rows((n,), jnp.int32), rows((n,), bool), rows((n,), jnp.int32),
+            placed(self._stops.shape, jnp.int32, (None, None)), placed(key.shape, key.dtype, ()), sampling=sampling,
+            chunk=self.decode_chunk, pad_id=s.pad_id),
+    }
+    with jax.set_mesh(s.mesh) if s.mesh is not None else contextlib.nullcontext():
+      if only is not None:
+        return lowerings[only]()
+      return {name: lower() for name, lower in lowerings.items()}
 
   def decode(self, params, state: SlotState, budgets: np.ndarray, fresh: np.ndarray, episodes: np.ndarray,
              sampling: SamplingParams, rng: jax.Array) -> tuple[SlotState, Chunk]:

@@ -25,13 +25,16 @@ A program's peak is its compiled total (arguments + outputs - donated + temporar
 stays resident on the device while it runs but is not one of its arguments (e.g. the optimizer state and
 the frozen reference during the rollout); the run fits when every program's peak is within the budget.
 Shapes are the configured limits (the longest prompt and response a step can hold, rows bucketed as the
-sampler buckets them), so the figures bound what any step of the run needs. `--config.dry_run_report=PATH`
+sampler buckets them), so the figures bound what any step of the run needs. With `rollout.engine="slots"` the
+rollout's programs are the slot engine's (`slot_extend`, `decode_chunk` over its N slots) instead of the lockstep
+sampler's prefill, extend and decode over the step's (or a wave's) rows. `--config.dry_run_report=PATH`
 writes the figures as JSON (`DryRunReport.to_json`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -51,6 +54,7 @@ from agent_r1_jax.rollout import RolloutConfig
 from agent_r1_jax.rollout.stop_strings import turn_stop_strings
 from agent_r1_jax.sampling import Sampler, SamplingParams, buckets
 from agent_r1_jax.sampling import programs as sampling_programs
+from agent_r1_jax.sampling.slots import SlotDecoder
 from agent_r1_jax.trainer import build
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import learner as learner_lib
@@ -58,6 +62,8 @@ from agent_r1_jax.trainer import flops as flops_lib
 from agent_r1_jax.trainer import hlo_flops, memory, roofline, tpu
 
 _GIB = float(1 << 30)
+# The slot engine's programs are planned as the lockstep ones they generalise (over the slots' rows).
+_PLANNED_AS = {"slot_extend": "extend", "decode_chunk": "decode"}
 
 
 @dataclasses.dataclass
@@ -353,8 +359,12 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
   mini = abstract_batch(c, mesh, mini_rows, with_ref=with_ref, with_values=with_critic)
   held = {name: device_bytes(tree) for name, tree in state.items()}
   held["batch"] = device_bytes(batch)
-  # The sampler holds one wave's rows (`rollout.max_rows_per_device`), or the whole step's.
-  sampled_rows = config_lib.prompts_per_wave(c, devices, 1) * c.rollout.n_samples or rows
+  # The sampler holds one wave's rows (`rollout.max_rows_per_device`), or the whole step's; the slot engine its slots.
+  slots = c.rollout.engine == "slots"
+  if slots:
+    sampled_rows = config_lib.slots_per_device(c, devices, 1) * config_lib.batch_devices(c, devices)
+  else:
+    sampled_rows = config_lib.prompts_per_wave(c, devices, 1) * c.rollout.n_samples or rows
   shape = memory.RunShape.from_config(c, arch, dict(mesh.shape), rollout_rows=buckets.batch_bucket(sampled_rows),
                                       extend_tokens=observation_tokens(c))
   plan = memory.plan_programs(shape)
@@ -366,19 +376,22 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
     sampler = Sampler(actor_graphdef, max_cache_length=RolloutConfig.from_config(c.rollout).cache_length,
                       stop_token_ids=stops, pad_id=0, cache_dtype=getattr(jnp, c.rollout.cache_dtype), mesh=mesh)
     sampling = SamplingParams(temperature=c.rollout.temperature, top_k=c.rollout.top_k, top_p=c.rollout.top_p)
-    return sampler.lower(sampler.abstract_prepared(actor), rows=sampled_rows, prompt_length=c.rollout.max_prompt_length,
+    prepared = sampler.abstract_prepared(actor)
+    if slots:  # a prompt and an observation are appended by the same program: its widest call is the longer
+      decoder = SlotDecoder(sampler, slots_per_device=sampled_rows // config_lib.batch_devices(c, devices),
+                            decode_chunk=c.rollout.decode_chunk)
+      return decoder.lower(prepared, extend_length=max(c.rollout.max_prompt_length, observation_tokens(c)),
+                           sampling=sampling, only=name)
+    return sampler.lower(prepared, rows=sampled_rows, prompt_length=c.rollout.max_prompt_length,
                          extend_length=observation_tokens(c), width=c.rollout.max_new_tokens_per_turn,
                          sampling=sampling, only=name)
 
   # The sampler's programs read the prepared weights (`Sampler.prepare`), the actor's own stay resident.
-  candidates = [
-      ("sampling_weights", lambda: sampling_programs.sampling_weights_jit.lower(actor_graphdef, actor),
-       ("actor", "batch")),
-      ("prefill", lambda: sampler_program("prefill"), ("batch",)),
-      ("extend", lambda: sampler_program("extend"), ("batch",)),
-      ("decode", lambda: sampler_program("decode"), ("batch",)),
-      ("logprobs", lambda: learner.logprobs.lower(actor, batch, num_micro=micro["actor"]), ("actor",)),
-  ]
+  rollout_programs = ("slot_extend", "decode_chunk") if slots else ("prefill", "extend", "decode")
+  candidates = [("sampling_weights", lambda: sampling_programs.sampling_weights_jit.lower(actor_graphdef, actor),
+                 ("actor", "batch"))]
+  candidates += [(name, functools.partial(sampler_program, name), ("batch",)) for name in rollout_programs]
+  candidates.append(("logprobs", lambda: learner.logprobs.lower(actor, batch, num_micro=micro["actor"]), ("actor",)))
   if with_ref:
     candidates.append(("ref_logprobs", lambda: learner.logprobs.lower(actor, batch, num_micro=micro["actor"],
                                                                         with_entropy=False), ("ref",)))
@@ -397,9 +410,12 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
   updates_per_step = c.actor.num_mini_batches * c.actor.ppo_epochs
   per_call = {"logprobs": micro["actor"], "ref_logprobs": micro["actor"], "values": micro["critic"],
               "actor_update": mini_micro["actor"], "critic_update": mini_micro["critic"]}
+  tokens_per_row = min(c.rollout.max_turns * c.rollout.max_new_tokens_per_turn, c.rollout.max_response_length)
+  # The slot engine: each slot serves rows / N episodes in turn, every one at its full budget (an upper bound: it
+  # assumes no slot ever idles); one extend per turn of each (its prompt, then an observation per later turn).
   per_step = {"sampling_weights": 1, "prefill": waves, "extend": waves * (c.rollout.max_turns - 1),
-              "decode": waves * min(c.rollout.max_turns * c.rollout.max_new_tokens_per_turn,
-                                    c.rollout.max_response_length),
+              "decode": waves * tokens_per_row, "slot_extend": waves * c.rollout.max_turns,
+              "decode_chunk": waves * tokens_per_row,
               "logprobs": micro["actor"], "ref_logprobs": micro["actor"], "values": micro["critic"],
               "actor_update": mini_micro["actor"] * updates_per_step,
               "critic_update": mini_micro["critic"] * updates_per_step}
@@ -411,7 +427,7 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
       lowered = lower()
     resident = float(sum(v for k, v in held.items() if k not in uses))
     section, lm_head = updates.get(name, (None, False))
-    measured.append(_measure(name, lowered, plan[name], resident, per_call.get(name)))
+    measured.append(_measure(name, lowered, plan[_PLANNED_AS.get(name, name)], resident, per_call.get(name)))
     measured[-1].iterations_per_step = per_step[name]
     if section and measured[-1].iteration_flops is not None:
       measured[-1].micro_flops_analytic = flops_lib.update_flops(
@@ -419,7 +435,7 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
           response_length=c.rollout.max_response_length, remat=bool(c.model.remat),
           attention_chunk=c.model.attention_chunk_size, logits_chunk=c.model.logits_chunk_size,
           lm_head=lm_head) / mesh.shape["tensor"]
-    if name == "decode":
+    if name in ("decode", "decode_chunk"):
       measured[-1].must_read = memory.decode_step_bytes(shape)
     if log:
       log(f"  compiled {name} in {measured[-1].compile_seconds:.1f} s")
