@@ -27,8 +27,10 @@ RATIO_LINES = {
     "retrieval": [rf"^BM25Index single query\s+:.*\({RATIO} baseline\)",
                   rf"^ScaNN single query\s+:.*\({RATIO} exact single\)",
                   rf"^ScaNN batched\s+:.*\({RATIO} single, {RATIO} exact batched\)"],
-    # The rollout bench compares the rollout's parts with its total: host, generation and tool shares.
-    "rollout": [r"^median of 1 timed runs: total [\d.]+s = generation [\d.]+% \+ tools [\d.]+% \+ host [\d.]+%"],
+    # The slot engine against the lockstep driver on the same episodes, per injected tool latency.
+    "rollout": [rf"^ratio smoke {latency}\s+\d+/\d+ slots chunk\s+\d+: episodes/s {RATIO} \| tokens/s {RATIO} \| "
+                rf"occupancy {RATIO} \| tool time hidden (\d+%|n/a) \(lockstep 0%\) \| peak memory {RATIO}$"
+                for latency in ("none", "100ms", "lognormal")] + [r"^targets \(smoke; reported, not asserted\): "],
     "sampler": [rf"^smoke .*\| ratio\s+{RATIO} \|", rf"^episode .*\| speed-up\s+{RATIO}",
                 rf"^summary: small {RATIO} HF \| continuation {RATIO} re-prefill"],
 }
