@@ -41,6 +41,8 @@ from agent_r1_jax.data.sources import DATA_SOURCES
 from agent_r1_jax.rewards import known_data_sources
 from agent_r1_jax.rewards.multihopqa import STYLES as REWARD_STYLES
 from agent_r1_jax.trainer.presets import apply_preset
+from agent_r1_jax.trainer.rollout_sizing import (ENGINES, batch_devices, check_engine, prompts_per_wave,  # re-exported
+                                                   slots_per_device)
 from agent_r1_jax.trainer.sft import parse_stages
 
 ALGORITHMS: dict[str, dict] = {
@@ -338,7 +340,7 @@ def validate(c: config_dict.ConfigDict) -> None:
   if not c.dry_run_topology:  # else the dry run checks the split over the slice's devices (check_topology_mesh)
     _check_batch_split(c, batch_devices(c, jax.device_count()), jax.process_count())
     prompts_per_wave(c, jax.device_count(), jax.process_count())
-  _check_engine(c)
+  check_engine(c)
   estimator = rl.get_estimator(c.algorithm.adv_estimator)  # what it needs, as registered
   if estimator.needs_group_ids and c.rollout.n_samples < 2:
     raise ValueError(f"{estimator.name} compares samples of the same prompt: set "
@@ -409,17 +411,6 @@ def _micro_batch_hint(c: config_dict.ConfigDict, devices: int) -> str:
   return "".join(f" and {h}" for h in hints)
 
 
-def batch_devices(c: config_dict.ConfigDict, device_count: int) -> int:
-  """Devices the batch rows are split over (`mesh.data * mesh.fsdp`, a -1 size filled from `device_count`)."""
-  sizes = dict(c.mesh)
-  fixed = [v for v in sizes.values() if v != -1]
-  product = 1
-  for v in fixed:
-    product *= v
-  filled = {k: (max(device_count // product, 1) if v == -1 else v) for k, v in sizes.items()}
-  return filled["data"] * filled["fsdp"]
-
-
 def _check_batch_split(c: config_dict.ConfigDict, devices: int, processes: int) -> None:
   """Prompts split over processes, rows into mini-batches, mini-batches into whole micro-batches."""
   if c.trainer.batch_size % processes:
@@ -447,48 +438,3 @@ def micro_batches(c: config_dict.ConfigDict, section: str, rows: int, device_cou
 def loss_agg_horizon(c: config_dict.ConfigDict) -> int:
   """H of seq-mean-token-sum-norm: `algorithm.loss_agg_horizon`, default `rollout.max_response_length`."""
   return c.algorithm.loss_agg_horizon or c.rollout.max_response_length
-
-
-ENGINES = ("lockstep", "slots")
-
-
-def _check_engine(c: config_dict.ConfigDict) -> None:
-  """The rollout engine's fields: one ValueError naming the field to change."""
-  r = c.rollout
-  if r.engine not in ENGINES:
-    raise ValueError(f"rollout.engine must be one of {list(ENGINES)}, got {r.engine!r}")
-  for name, least in (("slots_per_device", 0), ("decode_chunk", 1), ("tool_workers", 1)):
-    value = r[name]
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-      raise ValueError(f"rollout.{name} must be an integer >= {least}, got {value!r}")
-  if r.engine == "slots" and r.max_rows_per_device:
-    raise ValueError("rollout.max_rows_per_device samples a step in waves, which is the lockstep engine's way to "
-                     "bound the KV cache; the slot engine bounds it with rollout.slots_per_device: set "
-                     "--config.rollout.max_rows_per_device=0 or --config.rollout.engine=lockstep")
-
-
-def slots_per_device(c: config_dict.ConfigDict, device_count: int, process_count: int) -> int:
-  """The slot engine's decode slots per batch device: `rollout.slots_per_device`, or (0) enough for all of a
-  process's rows at once, ceil(prompts per process x n_samples / batch devices per process)."""
-  if c.rollout.slots_per_device:
-    return int(c.rollout.slots_per_device)
-  rows = c.trainer.batch_size // process_count * c.rollout.n_samples
-  local_devices = max(batch_devices(c, device_count) // process_count, 1)
-  return -(-rows // local_devices)
-
-
-def prompts_per_wave(c: config_dict.ConfigDict, device_count: int, process_count: int) -> int:
-  """Prompts one process samples per rollout wave: `rollout.max_rows_per_device` rows on each of the batch
-  devices, in whole groups of `rollout.n_samples`, split over the processes (0: one wave of every prompt)."""
-  per_device = c.rollout.max_rows_per_device
-  if not isinstance(per_device, int) or per_device < 0:
-    raise ValueError(f"rollout.max_rows_per_device must be an integer >= 0 (0: every row at once), got {per_device!r}")
-  if not per_device:
-    return 0
-  rows = per_device * batch_devices(c, device_count)
-  if rows % (c.rollout.n_samples * process_count):
-    raise ValueError(f"rollout.max_rows_per_device = {per_device} on {batch_devices(c, device_count)} batch devices "
-                     f"makes waves of {rows} rows, which must hold whole groups of rollout.n_samples = "
-                     f"{c.rollout.n_samples} on each of {process_count} process(es): choose max_rows_per_device so "
-                     f"that waves are a multiple of {c.rollout.n_samples * process_count} rows")
-  return rows // c.rollout.n_samples // process_count

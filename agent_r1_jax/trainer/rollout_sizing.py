@@ -1,0 +1,62 @@
+"""How a step's rollout rows map onto the mesh: the batch devices, the lockstep engine's waves and the slot
+engine's slots (`rollout.engine`, `rollout.max_rows_per_device`, `rollout.slots_per_device`)."""
+
+from __future__ import annotations
+
+from ml_collections import config_dict
+
+
+def batch_devices(c: config_dict.ConfigDict, device_count: int) -> int:
+  """Devices the batch rows are split over (`mesh.data * mesh.fsdp`, a -1 size filled from `device_count`)."""
+  sizes = dict(c.mesh)
+  fixed = [v for v in sizes.values() if v != -1]
+  product = 1
+  for v in fixed:
+    product *= v
+  filled = {k: (max(device_count // product, 1) if v == -1 else v) for k, v in sizes.items()}
+  return filled["data"] * filled["fsdp"]
+
+
+ENGINES = ("lockstep", "slots")
+
+
+def check_engine(c: config_dict.ConfigDict) -> None:
+  """The rollout engine's fields: one ValueError naming the field to change."""
+  r = c.rollout
+  if r.engine not in ENGINES:
+    raise ValueError(f"rollout.engine must be one of {list(ENGINES)}, got {r.engine!r}")
+  for name, least in (("slots_per_device", 0), ("decode_chunk", 1), ("tool_workers", 1)):
+    value = r[name]
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+      raise ValueError(f"rollout.{name} must be an integer >= {least}, got {value!r}")
+  if r.engine == "slots" and r.max_rows_per_device:
+    raise ValueError("rollout.max_rows_per_device samples a step in waves, which is the lockstep engine's way to "
+                     "bound the KV cache; the slot engine bounds it with rollout.slots_per_device: set "
+                     "--config.rollout.max_rows_per_device=0 or --config.rollout.engine=lockstep")
+
+
+def slots_per_device(c: config_dict.ConfigDict, device_count: int, process_count: int) -> int:
+  """The slot engine's decode slots per batch device: `rollout.slots_per_device`, or (0) enough for all of a
+  process's rows at once, ceil(prompts per process x n_samples / batch devices per process)."""
+  if c.rollout.slots_per_device:
+    return int(c.rollout.slots_per_device)
+  rows = c.trainer.batch_size // process_count * c.rollout.n_samples
+  local_devices = max(batch_devices(c, device_count) // process_count, 1)
+  return -(-rows // local_devices)
+
+
+def prompts_per_wave(c: config_dict.ConfigDict, device_count: int, process_count: int) -> int:
+  """Prompts one process samples per rollout wave: `rollout.max_rows_per_device` rows on each of the batch
+  devices, in whole groups of `rollout.n_samples`, split over the processes (0: one wave of every prompt)."""
+  per_device = c.rollout.max_rows_per_device
+  if not isinstance(per_device, int) or per_device < 0:
+    raise ValueError(f"rollout.max_rows_per_device must be an integer >= 0 (0: every row at once), got {per_device!r}")
+  if not per_device:
+    return 0
+  rows = per_device * batch_devices(c, device_count)
+  if rows % (c.rollout.n_samples * process_count):
+    raise ValueError(f"rollout.max_rows_per_device = {per_device} on {batch_devices(c, device_count)} batch devices "
+                     f"makes waves of {rows} rows, which must hold whole groups of rollout.n_samples = "
+                     f"{c.rollout.n_samples} on each of {process_count} process(es): choose max_rows_per_device so "
+                     f"that waves are a multiple of {c.rollout.n_samples * process_count} rows")
+  return rows // c.rollout.n_samples // process_count
