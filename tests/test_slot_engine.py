@@ -296,7 +296,8 @@ def test_episodes_are_keyed_by_their_global_row(policy):
 
 def test_tool_latency_changes_nothing(policy):
   """Tools that sleep 0-40 ms return out of order and slots wait on them; the episodes are the same (sampled, and
-  greedy against the lockstep driver)."""
+  greedy against the lockstep driver). The log-probs may differ by rounding: which rows decode together changes
+  with the tools' timing, and with it the width of the compacted chunks (`SlotDecoder.compact_width`)."""
   graphdef, params = policy
   config = rollout_config()
   sampler = make_sampler(graphdef, config)
@@ -305,7 +306,7 @@ def test_tool_latency_changes_nothing(policy):
                            **common)
   slow = run_slot_episodes(sampler, params, SlowEnv(), TOK, SAMPLED_PROMPTS, config, SAMPLED, jax.random.key(3),
                            **common)
-  assert_same_trajectories(slow, fast, logprob_atol=0)
+  assert_same_trajectories(slow, fast, logprob_atol=2e-5)
   assert slow.timings["tools"] > 0 and slow.timings["tools_blocked"] <= slow.timings["total"]
   want = run_episodes(sampler, params, SteerEnv(), TOK, GREEDY_PROMPTS, config, GREEDY, jax.random.key(0))
   got = run_slot_episodes(sampler, params, SlowEnv(), TOK, GREEDY_PROMPTS, config, GREEDY, jax.random.key(0),

@@ -90,16 +90,18 @@ def _worker(out_dir: pathlib.Path) -> None:
       time.sleep(TOOL_SLEEP_S)
       return super().batch_step(texts)
 
-  calls: list[tuple] = []  # every slot program call of this process: ("extend", bucket length) / ("decode", sum)
+  # Every slot program call of this process: ("extend", (longest append, busiest device), None) /
+  # ("decode", busiest device, sum of this process's budgets); the first two must match across processes.
+  calls: list[tuple] = []
   extend, decode = SlotDecoder.extend, SlotDecoder.decode
 
-  def recorded_extend(self, params, state, rows, reset, *, extend_length=None):
-    calls.append(("extend", extend_length))
-    return extend(self, params, state, rows, reset, extend_length=extend_length)
+  def recorded_extend(self, params, state, rows, reset, *, extend_length=None, busiest=None):
+    calls.append(("extend", (extend_length, busiest), None))
+    return extend(self, params, state, rows, reset, extend_length=extend_length, busiest=busiest)
 
-  def recorded_decode(self, params, state, budgets, *args):
-    calls.append(("decode", int(np.sum(budgets))))
-    return decode(self, params, state, budgets, *args)
+  def recorded_decode(self, params, state, budgets, *args, busiest=None):
+    calls.append(("decode", busiest, int(np.sum(budgets))))
+    return decode(self, params, state, budgets, *args, busiest=busiest)
 
   SlotDecoder.extend, SlotDecoder.decode = recorded_extend, recorded_decode
   env = lambda: t.SteerEnv() if pid == 0 else SleepyEnv()  # noqa: E731
@@ -142,12 +144,15 @@ def _worker(out_dir: pathlib.Path) -> None:
 
 
 def _check_calls(runs: list[dict], name: str) -> None:
-  """Both processes made the same program calls; process 1 joined chunks masked while it waited for tools."""
-  kinds = [[(kind, value if kind == "extend" else None) for kind, value in run["calls"]] for run in runs]
-  assert kinds[0] == kinds[1], f"{name}: the processes' slot program sequences differ"
-  decodes = [[value for kind, value in run["calls"] if kind == "decode"] for run in runs]
+  """Both processes made the same program calls with the same shapes (append length, compacted width); process 1
+  joined chunks masked while it waited for tools."""
+  shapes = [[(kind, shape) for kind, shape, _ in run["calls"]] for run in runs]
+  assert shapes[0] == shapes[1], f"{name}: the processes' slot program sequences differ"
+  decodes = [[budget for kind, _, budget in run["calls"] if kind == "decode"] for run in runs]
   assert len(decodes[0]) == runs[0]["batch"].stats["decode_chunks"] == runs[1]["batch"].stats["decode_chunks"]
-  assert all(value > 0 for kind, value in runs[0]["calls"] if kind == "extend")  # no extend of nothing
+  assert all(shape[0] > 0 for kind, shape, _ in runs[0]["calls"] if kind == "extend")  # no extend of nothing
+  # Both widths occur: one row per device (compacted) and both slots.
+  assert {shape for kind, shape, _ in runs[0]["calls"] if kind == "decode"} == {1, 2}, name
   last_own = max(i for i, budget in enumerate(decodes[1]) if budget > 0)
   masked = [i for i in range(last_own) if decodes[1][i] == 0 and decodes[0][i] > 0]
   assert masked, f"{name}: process 1 never joined process 0's chunk with its rows masked while it had episodes"

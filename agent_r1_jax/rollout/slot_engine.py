@@ -13,20 +13,22 @@ row order):
 Each iteration of the host loop, without waiting on anything: harvests the tool calls that have returned, admits
 queued episodes into free slots, runs one extend for every READY row (prefills and observations together; rows
 with nothing to append are untouched), then decodes one chunk over all DECODE rows (the others masked with budget
-0). Rows whose turn ended in the chunk are appended to the episode state together; their texts go to the env,
+0); both calls compute only the rows taking part, gathered into a power-of-two width (`SlotDecoder`). Rows whose turn ended in the chunk are appended to the episode state together; their texts go to the env,
 one `batch_step` per (chunk, turn) group, on a `ThreadPoolExecutor`. Only when no row can decode does the host
 block, on the first tool call to return. The rollout ends when every episode has ended.
 
 Multi-process (a mesh spanning P processes, multi-controller JAX): each process runs this loop over its own
 episodes (its prompts' rows) in its own n = N / P slots, with its own tool pool, and every process calls the same
 sequence of jitted programs with the same shapes, so they stay collective. Per iteration, after harvesting and
-admitting (local), the processes agree on three numbers with one small all-gather (`multihost.agreed_max`):
+admitting (local), the processes agree on five numbers with one small all-gather (`multihost.agreed_max`):
 
   * the longest pending append of any process (0: no extend this iteration; else every process runs the extend
     program at that bucket, one whose slots append nothing joining with empty, not-reset rows);
   * whether any process has a slot to decode (then every process runs the decode chunk, one with none with all
     budgets 0);
-  * whether any process has an episode left (queued, or in a slot); the loop ends when none has.
+  * whether any process has an episode left (queued, or in a slot); the loop ends when none has;
+  * the most rows any batch device appends and decodes, so that every process compacts the extend and the chunk
+    to the same width (`SlotDecoder.compact_width`; admission spreads episodes over the devices to keep it low).
 
 A process waiting for its tools therefore never blocks a collective: while another decodes, it joins the chunk
 with its rows masked and harvests its tool calls between chunks. When no process decodes, a process with tool
@@ -141,15 +143,16 @@ class _SlotLoop:
       self._admit()
       ready = np.flatnonzero(self.phase == Phase.READY)
       longest = max((len(self.pending[s]) for s in ready), default=0)
-      will_decode = ready.size > 0 or bool((self.phase == Phase.DECODE).any())  # an extend makes READY decode
+      decoding = (self.phase == Phase.DECODE) | (self.phase == Phase.READY)  # an extend makes READY decode
       with self.timer("sync"):
-        extend_length, any_decode, any_left = (int(v) for v in multihost.agreed_max(
-            [longest, will_decode, self._unfinished()]))
+        extend_length, any_decode, any_left, extend_busiest, decode_busiest = (int(v) for v in multihost.agreed_max(
+            [longest, decoding.any(), self._unfinished(), self.decoder.busiest(self.phase == Phase.READY),
+             self.decoder.busiest(decoding)]))
       if not any_left:
         return
-      self._extend(ready, extend_length)
+      self._extend(ready, extend_length, extend_busiest)
       if any_decode:
-        self._decode(self.phase == Phase.DECODE)
+        self._decode(self.phase == Phase.DECODE, decode_busiest)
       elif self.calls:
         start = time.perf_counter()
         concurrent.futures.wait(list(self.calls), timeout=self.tool_poll_s if self.multiprocess else None,
@@ -160,21 +163,27 @@ class _SlotLoop:
                            "but nothing to decode and no tool call in flight")
 
   def _admit(self) -> None:
-    for s in np.flatnonzero(self.phase == Phase.FREE):
-      if not self.queue:
-        return
+    """Queued episodes into free slots, each on the batch device holding the fewest episodes (the lowest free slot
+    there): a call's compacted width is set by its busiest device, and a device's rows are its share of the work."""
+    per_device = (self.phase != Phase.FREE).reshape(-1, self.decoder.slots_per_device)
+    held = per_device.sum(axis=1)
+    while self.queue and not per_device.all():
+      device = int(np.argmin(np.where(per_device.all(axis=1), np.iinfo(np.int64).max, held)))
+      s = device * self.decoder.slots_per_device + int(np.argmin(per_device[device]))
+      per_device[device, s % self.decoder.slots_per_device] = True
+      held[device] += 1
       e = self.queue.popleft()
       self.phase[s], self.episode[s], self.reset[s] = Phase.READY, e, True
       self.pending[s] = self.episodes.prompts[e]
 
-  def _extend(self, ready: np.ndarray, extend_length: int) -> None:
+  def _extend(self, ready: np.ndarray, extend_length: int, busiest: int) -> None:
     """Every process calls this each iteration with the agreed `extend_length`: the extend program runs on all
     of them when it is > 0 (this process's READY rows append their pending ids, its other rows nothing), on none
     when it is 0; then this process's READY slots start their turn."""
     if extend_length > 0:
       with self.timer("generation"):
         self.state = self.decoder.extend(self.params, self.state, self.pending, self.reset,
-                                         extend_length=extend_length)
+                                         extend_length=extend_length, busiest=busiest)
     if ready.size == 0:
       return
     for s in ready:
@@ -184,13 +193,14 @@ class _SlotLoop:
     self.fresh[ready] = True
     self.phase[ready] = Phase.DECODE
 
-  def _decode(self, decoding: np.ndarray) -> None:
+  def _decode(self, decoding: np.ndarray, busiest: int) -> None:
     """One decode chunk, run by every process when any decodes: this process's `decoding` slots sample (keyed by
     their global episode), the rest are masked with budget 0 (all of them when it has nothing to decode)."""
     budgets = np.where(decoding, self.remaining, 0)
     with self.timer("generation"):
       self.state, chunk = self.decoder.decode(self.params, self.state, budgets, self.fresh,
-                                              self.episode_offset + self.episode, self.sampling, self.rng)
+                                              self.episode_offset + self.episode, self.sampling, self.rng,
+                                              busiest=busiest)
     self.occupancy.append(float(decoding.mean()))
     self.fresh[:] = False
     counts = chunk.counts.astype(np.int64)

@@ -120,15 +120,59 @@ def _init(*, rows, max_length, layers, kv_width, vocab, window, cache_dtype, kv_
   return cache, logits, constrain(jnp.full((rows, window), stops_lib.ABSENT, jnp.int32), ("batch", None))
 
 
-def _slot_extend(graphdef, params, cache, last_logits, reset, ids, mask):
+def _rows_view(x: jax.Array, devices: int, names: Sequence[str | None]) -> jax.Array:
+  """`x` `[N, ...]` (rows over the batch devices) as `[D, N / D, ...]`: device d's rows in block d."""
+  view = x.reshape(devices, x.shape[0] // devices, *x.shape[1:])
+  return constrain(view, (names[0], None, *names[1:]))
+
+
+def take_rows(x: jax.Array, rows: jax.Array, names: Sequence[str | None]) -> jax.Array:
+  """`[D m, ...]`: device d's local rows `rows[d]` (int32 `[D, m]`, indices into its N / D rows) of `x` `[N, ...]`,
+  gathered where they live (block d of the result is device d's); `names` are `x`'s logical axes."""
+  devices, m = rows.shape
+  picked = jax.vmap(lambda block, index: block[index])(_rows_view(x, devices, names), rows)
+  return constrain(picked.reshape(devices * m, *x.shape[1:]), names)
+
+
+def put_rows(x: jax.Array, rows: jax.Array, values: jax.Array, names: Sequence[str | None]) -> jax.Array:
+  """`x` with device d's local rows `rows[d]` set to block d of `values` `[D m, ...]` (the inverse of `take_rows`;
+  `rows[d]` must not repeat an index)."""
+  devices, m = rows.shape
+  updated = jax.vmap(lambda block, index, new: block.at[index].set(new, unique_indices=True))(
+      _rows_view(x, devices, names), rows, values.reshape(devices, m, *values.shape[1:]))
+  return constrain(updated.reshape(x.shape), names)
+
+
+def _cache_rows(cache: KVCache, rows: jax.Array, kv_heads: int) -> KVCache:
+  kv = _kv_names(kv_heads)
+  return KVCache(k=tuple(take_rows(a, rows, kv) for a in cache.k), v=tuple(take_rows(a, rows, kv) for a in cache.v),
+                 valid=take_rows(cache.valid, rows, ("batch", None)), lengths=take_rows(cache.lengths, rows, ("batch",)),
+                 cursor=take_rows(cache.cursor, rows, ("batch",)))
+
+
+def _put_cache_rows(cache: KVCache, rows: jax.Array, part: KVCache, kv_heads: int) -> KVCache:
+  kv = _kv_names(kv_heads)
+  return KVCache(k=tuple(put_rows(a, rows, b, kv) for a, b in zip(cache.k, part.k)),
+                 v=tuple(put_rows(a, rows, b, kv) for a, b in zip(cache.v, part.v)),
+                 valid=put_rows(cache.valid, rows, part.valid, ("batch", None)),
+                 lengths=put_rows(cache.lengths, rows, part.lengths, ("batch",)),
+                 cursor=put_rows(cache.cursor, rows, part.cursor, ("batch",)))
+
+
+def _kv_names(kv_heads: int) -> tuple[str | None, ...]:
+  mesh = jax.sharding.get_abstract_mesh()
+  return kv_axes(kv_heads, 1 if mesh.empty else dict(mesh.shape).get("tensor", 1))
+
+
+def _extend_rows(graphdef, params, cache, last_logits, reset, ids, mask):
   keep = ~reset
   cache = dataclasses.replace(cache, valid=cache.valid & keep[:, None], lengths=jnp.where(keep, cache.lengths, 0),
                               cursor=jnp.where(keep, cache.cursor, 0))
   return _extend(graphdef, params, cache, last_logits, ids, mask)
 
 
-def _decode_chunk(graphdef, params, cache, last_logits, window, budgets, fresh, episodes, stops, rng, *, sampling,
-                  chunk, pad_id):
+def _decode_rows(graphdef, params, cache, last_logits, window, budgets, fresh, episodes, stops, rng, *, sampling,
+                 chunk, pad_id):
   model = merge_for_compute(graphdef, params, rules=SAMPLING_RULES)  # a no-op on prepared weights
   head = model.head_kernel()
   n = budgets.shape[0]
@@ -161,11 +205,35 @@ def _decode_chunk(graphdef, params, cache, last_logits, window, budgets, fresh, 
   return cache, logits, window, tokens, logprobs, count, reason, cache.lengths
 
 
+def _slot_extend(graphdef, params, cache, last_logits, reset, ids, mask, rows, *, kv_heads):
+  """`_extend_rows` over every slot (`rows` None), or over the rows `rows` (int32 `[D, m]`, local to each batch
+  device) gathered from the slots and scattered back; `reset`, `ids` and `mask` are then those rows' `[D m, ...]`."""
+  if rows is None:
+    return _extend_rows(graphdef, params, cache, last_logits, reset, ids, mask)
+  part, part_logits = _extend_rows(graphdef, params, _cache_rows(cache, rows, kv_heads),
+                                   take_rows(last_logits, rows, ("batch", None)), reset, ids, mask)
+  return _put_cache_rows(cache, rows, part, kv_heads), put_rows(last_logits, rows, part_logits, ("batch", None))
+
+
+def _decode_chunk(graphdef, params, cache, last_logits, window, budgets, fresh, episodes, stops, rng, rows, *,
+                  sampling, chunk, pad_id, kv_heads):
+  """`_decode_rows` over every slot (`rows` None), or over the rows `rows` (int32 `[D, m]`) gathered from the slots
+  and scattered back once per chunk; `budgets`, `fresh`, `episodes` and the per-row outputs are then those rows'."""
+  run = functools.partial(_decode_rows, graphdef, params, sampling=sampling, chunk=chunk, pad_id=pad_id)
+  if rows is None:
+    return run(cache, last_logits, window, budgets, fresh, episodes, stops, rng)
+  part, part_logits, part_window, *out = run(
+      _cache_rows(cache, rows, kv_heads), take_rows(last_logits, rows, ("batch", None)),
+      take_rows(window, rows, ("batch", None)), budgets, fresh, episodes, stops, rng)
+  return (_put_cache_rows(cache, rows, part, kv_heads), put_rows(last_logits, rows, part_logits, ("batch", None)),
+          put_rows(window, rows, part_window, ("batch", None)), *out)
+
+
 init_jit = jax.jit(_init, static_argnames=("rows", "max_length", "layers", "kv_width", "vocab", "window",
                                            "cache_dtype", "kv_heads"))
-slot_extend_jit = jax.jit(_slot_extend, static_argnums=0, donate_argnums=(2, 3))
+slot_extend_jit = jax.jit(_slot_extend, static_argnums=0, donate_argnums=(2, 3), static_argnames=("kv_heads",))
 decode_chunk_jit = jax.jit(_decode_chunk, static_argnums=0, donate_argnums=(2, 3, 4),
-                           static_argnames=("sampling", "chunk", "pad_id"))
+                           static_argnames=("sampling", "chunk", "pad_id", "kv_heads"))
 
 
 def compiled_slot_programs() -> int:
@@ -186,6 +254,14 @@ class SlotDecoder:
       processes N / P (slots_per_device x this process's batch devices); every process must use the same
       slots_per_device and decode_chunk.
     global_slots: N, the rows of the device state.
+    slots_per_device: N / D, the rows each batch device holds (D = data x fsdp devices).
+
+  Compaction: a call computes only the rows that take part (extend: rows appending or reset; decode: rows with a
+  budget). Each device gathers its own taking-part rows into m = the power of two >= the most any device has,
+  runs the program on those D m rows and scatters them back (`take_rows` / `put_rows`; no communication); when m
+  would exceed half the slots per device, the call runs over all N rows instead, so the gathered copy never adds
+  more than half a cache. `compact_width` is this choice; m must be the same on every process (it is a shape),
+  which is why `extend` and `decode` take the busiest device's count over all processes (`busiest`).
   """
 
   def __init__(self, sampler: Sampler, *, slots_per_device: int, decode_chunk: int):
@@ -200,10 +276,40 @@ class SlotDecoder:
                        f"(data x fsdp), which do not split evenly over {processes} processes; put the processes "
                        "along the data/fsdp axes")
     self.slots = self.global_slots // processes
+    self.slots_per_device = int(slots_per_device)
+    self.local_devices = self.slots // self.slots_per_device
     self.decode_chunk = int(decode_chunk)
+    self._kv_heads = sampler.config.num_key_value_heads
     # The sampler's placement (under its mesh: rows over the batch axes, replicated stops and key) and stops.
     # pylint: disable-next=protected-access
     self._run, self._rows, self._same, self._stops = sampler._run, sampler._batch, sampler._replicated, sampler._stops
+
+  def compact_width(self, busiest: int) -> int:
+    """m, the rows per device a call computes when the busiest device has `busiest` rows taking part: the power
+    of two >= busiest (at least 1) if at most half of `slots_per_device`, else `slots_per_device` (no gather)."""
+    m = buckets.pow2_bucket(busiest, 1)
+    return m if 2 * m <= self.slots_per_device else self.slots_per_device
+
+  def busiest(self, taking_part: np.ndarray) -> int:
+    """The most rows taking part (bool `[n]`) on any of this process's batch devices."""
+    return int(np.asarray(taking_part, bool).reshape(self.local_devices, self.slots_per_device).sum(1).max())
+
+  def _selection(self, taking_part: np.ndarray, busiest: int | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """None (a call over every row), or (`index` int32 `[local devices, m]`: per device, its taking-part rows then
+    others, none repeated; `rows` int64 `[local devices x m]`: the same as this process's row numbers)."""
+    if busiest is None:
+      busiest = int(multihost.agreed_max([self.busiest(taking_part)])[0])
+    elif busiest < self.busiest(taking_part):
+      raise ValueError(f"busiest={busiest} is below this process's busiest device ({self.busiest(taking_part)} "
+                       "rows); pass the max over all processes (or None to compute it)")
+    m = self.compact_width(busiest)
+    if m == self.slots_per_device:
+      return None
+    per_device = np.asarray(taking_part, bool).reshape(self.local_devices, self.slots_per_device)
+    # A stable sort puts each device's taking-part rows first, in slot order; the rest fill the bucket.
+    index = np.argsort(~per_device, axis=1, kind="stable")[:, :m].astype(np.int32)
+    rows = (index + self.slots_per_device * np.arange(self.local_devices)[:, None]).reshape(-1)
+    return index, rows
 
   def init(self) -> SlotState:
     """Every slot empty: no valid cache slot, lengths and cursors 0, windows -1."""
@@ -216,7 +322,7 @@ class SlotDecoder:
     return SlotState(cache, logits, window, np.zeros(self.slots, np.int64))
 
   def extend(self, params, state: SlotState, rows: Sequence[Sequence[int]], reset: np.ndarray, *,
-             extend_length: int | None = None) -> SlotState:
+             extend_length: int | None = None, busiest: int | None = None) -> SlotState:
     """Empties the rows with `reset` (bool `[n]`), then appends `rows[b]` (ragged ids; empty = nothing) to row b.
 
     A collective call under a multi-process mesh (see the module docstring).
@@ -224,6 +330,8 @@ class SlotDecoder:
     Args:
       extend_length: the longest row over all processes (its bucket is the program's shape), agreed by the
         caller; default: this process's longest with one process, else one cross-process max.
+      busiest: the most rows appending or reset on any batch device of any process (the compaction's width;
+        see the class docstring), agreed by the caller; default: computed, with one cross-process max.
 
     Raises ValueError (before any device work) when a row would overflow the cache, holds an id outside the
     vocabulary, or is longer than `extend_length`.
@@ -255,17 +363,23 @@ class SlotDecoder:
     for b, row in enumerate(rows):
       ids[b, :len(row)] = row
       mask[b, :len(row)] = 1
+    selection = self._selection((added > 0) | reset, busiest)
+    index = None
+    if selection is not None:
+      index, taken = selection
+      reset, ids, mask, index = reset[taken], ids[taken], mask[taken], self._rows(index)
     cache, logits = self._run(slot_extend_jit, self.sampler.graphdef, params, state.cache, state.last_logits,
-                              self._rows(reset), self._rows(ids), self._rows(mask))
+                              self._rows(reset), self._rows(ids), self._rows(mask), index, kv_heads=self._kv_heads)
     return SlotState(cache, logits, state.window, lengths + added)
 
-  def lower(self, params, *, extend_length: int, sampling: SamplingParams, only: str | None = None
-            ) -> dict[str, jax.stages.Lowered] | jax.stages.Lowered:
+  def lower(self, params, *, extend_length: int, sampling: SamplingParams, only: str | None = None,
+            busiest: int | None = None) -> dict[str, jax.stages.Lowered] | jax.stages.Lowered:
     """The extend and decode-chunk programs over the N global slots, lowered for abstract inputs without running
     anything (`params` may be `jax.ShapeDtypeStruct`s with shardings, e.g. `Sampler.abstract_prepared`), placed
     as the running decoder places them: `.compile().memory_analysis()` sizes a run. `extend_length`: the longest
     append of the rollout (a prompt or an observation; its bucket is the program's shape). With `only`
-    ("slot_extend" or "decode_chunk"), that program alone."""
+    ("slot_extend" or "decode_chunk"), that program alone. With `busiest`, the programs compacted to
+    `compact_width(busiest)` rows per device (default: over every slot)."""
     s, config = self.sampler, self.sampler.config
     n = self.global_slots
     # pylint: disable-next=protected-access
@@ -282,13 +396,17 @@ class SlotDecoder:
     logits, window = rows(logits.shape, logits.dtype), rows(window.shape, window.dtype)
     tb = buckets.extend_bucket(int(extend_length))
     key = jax.eval_shape(lambda: jax.random.key(0))
+    m = self.slots_per_device if busiest is None else self.compact_width(busiest)
+    index = None if m == self.slots_per_device else rows((self.global_slots // self.slots_per_device, m), jnp.int32)
+    r = n if index is None else index.shape[0] * m  # the rows a call computes
     lowerings = {
-        "slot_extend": lambda: slot_extend_jit.lower(s.graphdef, params, cache, logits, rows((n,), bool),
-                                                     rows((n, tb), jnp.int32), rows((n, tb), jnp.int32)),
+        "slot_extend": lambda: slot_extend_jit.lower(s.graphdef, params, cache, logits, rows((r,), bool),
+                                                     rows((r, tb), jnp.int32), rows((r, tb), jnp.int32), index,
+                                                     kv_heads=self._kv_heads),
         "decode_chunk": lambda: decode_chunk_jit.lower(
-            s.graphdef, params, cache, logits, window, rows((n,), jnp.int32), rows((n,), bool), rows((n,), jnp.int32),
-            placed(self._stops.shape, jnp.int32, (None, None)), placed(key.shape, key.dtype, ()), sampling=sampling,
-            chunk=self.decode_chunk, pad_id=s.pad_id),
+            s.graphdef, params, cache, logits, window, rows((r,), jnp.int32), rows((r,), bool), rows((r,), jnp.int32),
+            placed(self._stops.shape, jnp.int32, (None, None)), placed(key.shape, key.dtype, ()), index,
+            sampling=sampling, chunk=self.decode_chunk, pad_id=s.pad_id, kv_heads=self._kv_heads),
     }
     with jax.set_mesh(s.mesh) if s.mesh is not None else contextlib.nullcontext():
       if only is not None:
@@ -296,7 +414,7 @@ class SlotDecoder:
       return {name: lower() for name, lower in lowerings.items()}
 
   def decode(self, params, state: SlotState, budgets: np.ndarray, fresh: np.ndarray, episodes: np.ndarray,
-             sampling: SamplingParams, rng: jax.Array) -> tuple[SlotState, Chunk]:
+             sampling: SamplingParams, rng: jax.Array, *, busiest: int | None = None) -> tuple[SlotState, Chunk]:
     """One chunk of up to C tokens per row (this process's n rows; a collective call under a multi-process mesh:
     every process calls it, with all budgets 0 when it has nothing to decode).
 
@@ -305,6 +423,8 @@ class SlotDecoder:
       fresh: bool `[n]`, row b's turn starts with this chunk (its stop window is emptied).
       episodes: int `[n]`, the global episode each row holds (its key; any value for inactive rows).
       rng: the rollout's PRNG key, the same on every process (see the module docstring for how it is split).
+      busiest: the most rows with a budget on any batch device of any process (the compaction's width), agreed
+        by the caller; default: computed, with one cross-process max.
     """
     budgets = np.asarray(budgets)
     if budgets.shape != (self.slots,) or not np.issubdtype(budgets.dtype, np.integer) or (budgets < 0).any():
@@ -319,12 +439,23 @@ class SlotDecoder:
     fresh, episodes = np.array(fresh, bool), np.array(episodes, np.int32)  # copies, as in `extend`
     if fresh.shape != (self.slots,) or episodes.shape != (self.slots,):
       raise ValueError(f"fresh and episodes must have shape ({self.slots},), got {fresh.shape} and {episodes.shape}")
+    budgets = budgets.astype(np.int32)
+    selection = self._selection(budgets > 0, busiest)
+    index, taken = (None, slice(None)) if selection is None else (self._rows(selection[0]), selection[1])
     out = self._run(decode_chunk_jit, self.sampler.graphdef, params, state.cache, state.last_logits, state.window,
-                    self._rows(budgets.astype(np.int32)), self._rows(fresh), self._rows(episodes),
-                    self._same(self._stops), self._same(rng), sampling=sampling, chunk=self.decode_chunk,
-                    pad_id=self.sampler.pad_id)
-    cache, logits, window, tokens, logprobs, counts, reasons, lengths = out
-    chunk = Chunk(*(multihost.local_rows(x) for x in (tokens, logprobs, counts, reasons, lengths)))
+                    self._rows(budgets[taken]), self._rows(fresh[taken]), self._rows(episodes[taken]),
+                    self._same(self._stops), self._same(rng), index, sampling=sampling, chunk=self.decode_chunk,
+                    pad_id=self.sampler.pad_id, kv_heads=self._kv_heads)
+    cache, logits, window, *rows_out = out
+    tokens, logprobs, counts, reasons, lengths = (multihost.local_rows(x) for x in rows_out)
+    if selection is not None:  # back to slot order: rows that took no part sampled nothing and kept their length
+      full = (np.full((self.slots, self.decode_chunk), self.sampler.pad_id, np.int32),
+              np.zeros((self.slots, self.decode_chunk), np.float32), np.zeros(self.slots, np.int32),
+              np.zeros(self.slots, np.int32), state.host_lengths.astype(np.int32))
+      for whole, part in zip(full, (tokens, logprobs, counts, reasons, lengths)):
+        whole[taken] = part
+      tokens, logprobs, counts, reasons, lengths = full
+    chunk = Chunk(tokens, logprobs, counts, reasons, lengths)
     host_lengths = state.host_lengths + chunk.counts
     if not np.array_equal(chunk.lengths, host_lengths):
       raise RuntimeError(f"slot cache lengths {chunk.lengths} disagree with the host's {host_lengths}")
