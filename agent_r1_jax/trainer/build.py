@@ -23,6 +23,7 @@ from agent_r1_jax.rollout.stop_strings import turn_stop_sequences
 from agent_r1_jax.sampling import Sampler
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import learner as learner_lib
+from agent_r1_jax.trainer import optimizer as optimizer_lib
 
 _MODEL_FINGERPRINT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                              "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings")
@@ -135,10 +136,10 @@ def build_learner(c: config_dict.ConfigDict, actor_graphdef: nnx.GraphDef, criti
   a, cr = c.actor, c.critic
   horizon = config_lib.loss_agg_horizon(c)
   updates_per_step = a.ppo_epochs * a.num_mini_batches
-  actor_tx = learner_lib.make_optimizer(lr=a.lr, warmup_steps=a.warmup_steps * updates_per_step,
-                                        weight_decay=a.weight_decay, grad_clip=a.grad_clip,
-                                        total_steps=c.trainer.total_steps * updates_per_step,
-                                        schedule=a.lr_schedule)
+  actor_tx = optimizer_lib.make_optimizer(lr=a.lr, warmup_steps=a.warmup_steps * updates_per_step,
+                                          weight_decay=a.weight_decay, grad_clip=a.grad_clip,
+                                          total_steps=c.trainer.total_steps * updates_per_step,
+                                          schedule=a.lr_schedule)
   actor_cfg = learner_lib.ActorLossConfig(
       clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
       loss_agg_mode=a.loss_agg_mode, entropy_coef=a.entropy_coef, use_kl_loss=a.use_kl_loss,
@@ -146,8 +147,8 @@ def build_learner(c: config_dict.ConfigDict, actor_graphdef: nnx.GraphDef, criti
       horizon=horizon, logits_chunk_size=c.model.logits_chunk_size)
   critic_tx = None
   if critic_graphdef is not None:
-    critic_tx = learner_lib.make_optimizer(lr=cr.lr, warmup_steps=cr.warmup_steps * updates_per_step,
-                                           weight_decay=cr.weight_decay, grad_clip=cr.grad_clip)
+    critic_tx = optimizer_lib.make_optimizer(lr=cr.lr, warmup_steps=cr.warmup_steps * updates_per_step,
+                                             weight_decay=cr.weight_decay, grad_clip=cr.grad_clip)
   return learner_lib.Learner(
       actor_graphdef, actor_tx, actor_cfg, critic_graphdef=critic_graphdef, critic_tx=critic_tx,
       critic_cfg=learner_lib.CriticLossConfig(clip_range_value=cr.clip_range_value, loss_agg_mode=cr.loss_agg_mode,

@@ -23,15 +23,15 @@ from the same slice. The LM head is applied to that slice only (never to the pro
 `logits_chunk_size` positions (`rl.chunked_logprobs`), so no pass holds `[m, R, V]` logits.
 
 Memory does not grow with the batch: every pass (old and reference log-probs, values, and the actor and
-critic updates) walks micro-batches of `m` rows with a `lax.map` / `lax.scan`, so one micro-batch's
-activations exist at a time. Micro-batch k of a batch of `M` rows holds rows k, k + M/m, k + 2M/m, ...
-(`split_micro`): with the rows sharded in contiguous blocks over the batch devices, every micro-batch then
-holds m / devices rows of every device, and no rows move between devices.
+critic updates) walks micro-batches of `m` rows with a `lax.scan`, so one micro-batch's activations exist at
+a time. Micro-batch k of a batch of `M` rows holds rows k, k + M/m, k + 2M/m, ... (`microbatch.split_micro`):
+with the rows sharded in contiguous blocks over the batch devices, every micro-batch then holds m / devices
+rows of every device, and no rows move between devices.
 
 Updates: a mini-batch's micro-batches are walked summing gradients of `total_k / D`, where `D` is the loss
 denominator of the whole mini-batch (`rl.aggregation`): the summed gradient is exactly the full-mini-batch
-gradient. A non-finite gradient leaves parameters and optimizer state untouched and is reported
-(`skipped = 1`).
+gradient (`microbatch.accumulate_gradients`). A non-finite gradient leaves parameters and optimizer state
+untouched and is reported (`skipped = 1`; `optimizer.apply_update`).
 
 On-policy updates (one epoch of one mini-batch, nothing needing the old log-probs before it) skip the
 separate old-log-prob pass: `Learner.actor_step(..., onpolicy=True)` takes `old = stop_gradient(logp)` from
@@ -50,6 +50,10 @@ from flax import nnx
 
 from agent_r1_jax import rl
 from agent_r1_jax.models import merge_for_compute
+# Re-exported: these lived here before microbatch.py and optimizer.py, and callers still import them from here.
+from agent_r1_jax.trainer.microbatch import (accumulate_gradients, in_loop, map_micro, merge_micro,  # noqa: F401
+                                             split_micro)
+from agent_r1_jax.trainer.optimizer import apply_update, clipped_adamw, lr_schedule, make_optimizer  # noqa: F401
 
 Batch = dict[str, jax.Array]
 
@@ -221,130 +225,6 @@ def critic_loss(params: nnx.State, graphdef: nnx.GraphDef, batch: Batch, denomin
   return out.loss.total / denominator, ({"critic/value_loss": out.loss,
                                          "critic/value_clip_fraction": out.clip_fraction,
                                          "critic/values_mean": vmean}, {})
-
-
-# --------------------------------------------------------------------------------------------------
-# Gradient accumulation over micro-batches + one optimizer step.
-
-
-def split_micro(batch: Batch, num_micro: int) -> Batch:
-  """`[M, ...]` -> `[num_micro, M / num_micro, ...]`, micro-batch k holding rows k, k + num_micro, ...
-
-  Strided rather than contiguous: `x.reshape(m, num_micro, ...)` keeps the row axis's contiguous device
-  blocks on the new `m` axis, so each micro-batch is spread over all batch devices (a contiguous split
-  would put micro-batch k on one device and make XLA move rows).
-  """
-  def split(x):
-    if x.shape[0] % num_micro:
-      raise ValueError(f"a batch of {x.shape[0]} rows does not split into {num_micro} micro-batches")
-    return x.reshape((x.shape[0] // num_micro, num_micro) + x.shape[1:]).swapaxes(0, 1)
-  return jax.tree.map(split, batch)
-
-
-def merge_micro(x: jax.Array) -> jax.Array:
-  """Inverse of `split_micro` for one array: `[num_micro, m, ...]` -> `[num_micro * m, ...]` in row order."""
-  return x.swapaxes(0, 1).reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
-
-
-def map_micro(fn: Callable[[Any, Batch], Any], params: Any, batch: Batch, num_micro: int) -> Any:
-  """`fn(params, micro_batch)` on each micro-batch in turn, outputs `[m, ...]` put back in row order.
-
-  The parameters enter each iteration through `in_loop` (see there), so FSDP-sharded weights are gathered
-  inside the loop, layer by layer, and never all at once.
-  """
-  def body(step, mb):
-    p, step = in_loop(params, step)
-    return step + 1, fn(p, mb)
-
-  _, out = jax.lax.scan(body, jnp.zeros((), jnp.int32), split_micro(batch, num_micro))
-  return jax.tree.map(merge_micro, out)
-
-
-def in_loop(params: Any, carry: Any) -> tuple[Any, Any]:
-  """`(params, carry)` unchanged, but tied to a loop-carried value by an `optimization_barrier`.
-
-  Loop-invariant code motion would otherwise hoist everything that depends only on the parameters out of
-  a micro-batch loop, including the all-gather of every FSDP-sharded weight: each device would then hold
-  the whole unsharded model (and its compute-dtype copy) for the length of the loop.
-  """
-  return jax.lax.optimization_barrier((params, carry))
-
-
-def accumulate_gradients(loss_fn: Callable, params: nnx.State, batch: Batch, denominator: jax.Array,
-                         num_micro: int) -> tuple[nnx.State, dict[str, jax.Array], dict[str, jax.Array]]:
-  """Sum over micro-batches of `grad(loss_fn)` and of its `Aggregate` metrics (finalised).
-
-  `loss_fn(params, micro_batch, denominator) -> (total_k / D, (metrics, per_token))`; because `D` is the
-  whole mini-batch's denominator, the sum of the micro-batch gradients is the mini-batch gradient. One
-  `lax.scan` body holds the forward and backward pass, so it is compiled once whatever `num_micro` is.
-
-  `per_token` is a dict (possibly empty) of `[m, ...]` arrays of the micro-batch's rows; they come back as
-  `[M, ...]` in row order. Returns `(grads, finalised metrics, per_token)`.
-  """
-  micro = split_micro(batch, num_micro)
-  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-  one = jax.tree.map(lambda x: x[0], micro)
-  _, (metric_shapes, _) = jax.eval_shape(loss_fn, params, one, denominator)
-  zeros = lambda tree: jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), tree)
-
-  def body(carry, mb):
-    p, (grads, metrics) = in_loop(params, carry)
-    (_, (m, rows)), g = grad_fn(p, mb, denominator)
-    return (jax.tree.map(jnp.add, grads, g), rl.accumulate(metrics, m)), rows
-
-  (grads, metrics), rows = jax.lax.scan(body, (zeros(params), zeros(metric_shapes)), micro)
-  return grads, rl.finalize(metrics), jax.tree.map(merge_micro, rows)
-
-
-def apply_update(tx: optax.GradientTransformation, params: nnx.State, opt_state: Any,
-                 grads: nnx.State) -> tuple[nnx.State, Any, dict[str, jax.Array]]:
-  """One optimizer step, skipped (params and state unchanged) when any gradient is non-finite."""
-  grad_norm = optax.tree.norm(grads)
-  finite = jnp.isfinite(grad_norm)
-  safe_grads = jax.tree.map(lambda g: jnp.where(finite, g, jnp.zeros_like(g)), grads)
-  updates, new_opt_state = tx.update(safe_grads, opt_state, params)
-  new_params = optax.apply_updates(params, updates)
-  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
-  return (keep(new_params, params), keep(new_opt_state, opt_state),
-          {"grad_norm": grad_norm, "skipped": 1.0 - finite.astype(jnp.float32)})
-
-
-def lr_schedule(lr: float, warmup_steps: int, *, total_steps: int | None = None,
-                schedule: str = "constant") -> optax.Schedule:
-  """Linear warm-up to `lr` over `warmup_steps`, then constant or a cosine decay to 0 at `total_steps`."""
-  if lr <= 0:
-    raise ValueError(f"learning rate must be > 0, got {lr}")
-  warm = optax.linear_schedule(0.0, lr, max(warmup_steps, 1)) if warmup_steps > 0 else optax.constant_schedule(lr)
-  if schedule == "constant":
-    after = optax.constant_schedule(lr)
-  elif schedule == "cosine":
-    if not total_steps:
-      raise ValueError("a cosine schedule needs total_steps")
-    after = optax.cosine_decay_schedule(lr, max(total_steps - warmup_steps, 1))
-  else:
-    raise ValueError(f"unknown lr schedule {schedule!r}; use 'constant' or 'cosine'")
-  return optax.join_schedules([warm, after], [warmup_steps]) if warmup_steps > 0 else after
-
-
-def clipped_adamw(schedule: optax.Schedule, *, weight_decay: float, grad_clip: float, b1: float = 0.9,
-                  b2: float = 0.999, eps: float = 1e-8) -> optax.GradientTransformation:
-  """Global-norm clipping (when `grad_clip` > 0) then AdamW at `schedule(count)`. The state's structure does
-  not depend on the schedule, so a state can move between transforms that differ only in their schedule."""
-  parts = [optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)]
-  if grad_clip and grad_clip > 0:
-    parts.insert(0, optax.clip_by_global_norm(grad_clip))
-  return optax.chain(*parts)
-
-
-def make_optimizer(*, lr: float, warmup_steps: int, weight_decay: float, grad_clip: float,
-                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-                   total_steps: int | None = None, schedule: str = "constant") -> optax.GradientTransformation:
-  """AdamW with linear warm-up (then constant or cosine decay) and global-norm clipping.
-
-  Steps count optimizer updates (one per mini-batch), as the schedule sees them.
-  """
-  return clipped_adamw(lr_schedule(lr, warmup_steps, total_steps=total_steps, schedule=schedule),
-                       weight_decay=weight_decay, grad_clip=grad_clip, b1=b1, b2=b2, eps=eps)
 
 
 # --------------------------------------------------------------------------------------------------

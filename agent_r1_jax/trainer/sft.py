@@ -36,6 +36,7 @@ from flax import nnx
 
 from agent_r1_jax.data.sft import collate, first_turns
 from agent_r1_jax.trainer import learner as learner_lib
+from agent_r1_jax.trainer import optimizer as optimizer_lib
 
 
 COPY_DRILL = -1  # `Stage.turns` of a copy-drill stage
@@ -119,7 +120,7 @@ class SupervisedTrainer:
 
   def _step(self, params, opt_state, batch):
     loss, grads = jax.value_and_grad(sft_loss)(params, self.graphdef, batch, logits_chunk_size=self.chunk)
-    params, opt_state, upd = learner_lib.apply_update(self.tx, params, opt_state, grads)
+    params, opt_state, upd = optimizer_lib.apply_update(self.tx, params, opt_state, grads)
     return params, opt_state, {"sft/loss": loss, "sft/grad_norm": upd["grad_norm"]}
 
 
@@ -168,8 +169,9 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
   layout = dict(prompt_length=prompt_length, response_length=response_length, pad_id=pad_id,
                 multiple=length_multiple)
   rng = np.random.default_rng(seed)
-  schedule = learner_lib.lr_schedule(lr, warmup_steps, total_steps=sum(s.steps for s in stages), schedule="cosine")
-  tx = learner_lib.clipped_adamw(schedule, weight_decay=weight_decay, grad_clip=1.0, b2=adam_b2)
+  schedule = optimizer_lib.lr_schedule(lr, warmup_steps, total_steps=sum(s.steps for s in stages),
+                                      schedule="cosine")
+  tx = optimizer_lib.clipped_adamw(schedule, weight_decay=weight_decay, grad_clip=1.0, b2=adam_b2)
   trainer = SupervisedTrainer(graphdef, tx, logits_chunk_size=logits_chunk_size)
   opt_state = tx.init(params)
   step = 0
