@@ -10,6 +10,9 @@ One step:
 An on-policy step (`onpolicy_shortcut`) skips the old-log-prob pass: its one actor update holds its own
 forward's log-probs fixed as the old ones and reports the drift and entropy from that forward.
 
+The rollout and the learner batch built from it (up to the advantages) are trainer/rollout_step.py's; this
+module runs the updates, the loop, checkpoints, evaluation and export.
+
 State that a checkpoint holds: actor params + AdamW state, critic params + state (PPO), the frozen reference
 (when a KL term is on: after a supervised warm-up it exists nowhere else), the PRNG key, the data iterator
 position, the KL controller's coefficient and the held-out evaluation before RL. Step `s`'s randomness is `fold_in(key, s)`, so a
@@ -25,7 +28,6 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from ml_collections import config_dict
@@ -34,16 +36,16 @@ from agent_r1_jax import rl
 from agent_r1_jax.data.loader import example_iterator
 from agent_r1_jax.models import save_hf_checkpoint
 from agent_r1_jax.models.sharding import place as place_on_mesh
-from agent_r1_jax.rollout import evaluation, run_episodes_in_waves, run_slot_episodes
+from agent_r1_jax.rollout import evaluation
 from agent_r1_jax.sampling import SamplingParams
-from agent_r1_jax.sampling.multihost import agreed_max
 from agent_r1_jax.trainer import actor_checkpoint, assets, backend, build
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import dry_run as dry_run_lib
-from agent_r1_jax.trainer import learner as learner_lib, reporting, sft as sft_lib, task as task_lib
+from agent_r1_jax.trainer import reporting, sft as sft_lib, task as task_lib
 from agent_r1_jax.trainer import warmup as warmup_lib
 from agent_r1_jax.trainer.checkpointing import Checkpointer, Preemption
 from agent_r1_jax.trainer.metrics import MetricsWriter
+from agent_r1_jax.trainer.rollout_step import RolloutStepMixin
 
 
 @dataclasses.dataclass
@@ -54,8 +56,9 @@ class RunResult:
   summary: dict[str, Any]
 
 
-class RLTrainer:
-  """Builds every component from a config and runs the loop in `run()`."""
+class RLTrainer(RolloutStepMixin):
+  """Builds every component from a config and runs the loop in `run()`. A step's rollout and learner batch
+  (`rollout`, `onpolicy_shortcut`, `prepare_batch`) come from `RolloutStepMixin` (trainer/rollout_step.py)."""
 
   def __init__(self, c: config_dict.ConfigDict, workdir: str | pathlib.Path):
     assets.resolve(c)
@@ -180,103 +183,6 @@ class RLTrainer:
         max_examples=max_examples, reward_style=c.algorithm.reward_style)
 
   # ---- one RL step ------------------------------------------------------------------------------------
-
-  def _masks(self, dev: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
-    pick = {"action": dev["action_mask"], "response": dev["response_mask"]}
-    return (pick[self.c.algorithm.loss_mask].astype(jnp.float32),
-            pick[self.c.algorithm.advantage_mask].astype(jnp.float32))
-
-  def rollout(self, step: int, key: jax.Array):
-    """Samples `n_samples` episodes for each of the next `batch_size` training prompts with the configured engine
-    (`rollout.engine`: the lockstep driver in waves, or the slot engine) and scores them."""
-    c = self.c
-    examples = next(self.data_iter)
-    episodes = dict(samples_per_prompt=c.rollout.n_samples, ground_truths=[list(ex["answers"]) for ex in examples],
-                    data_sources=[ex["data_source"] for ex in examples],
-                    group_offset=(step * jax.process_count() + jax.process_index()) * self.prompts_per_process,
-                    check_env=False)
-    args = (self.sampler, self.state["actor"], self.task.env, self.task.tokenizer,
-            [self.task.render(ex) for ex in examples], self.rollout_cfg, self.sampling, jax.random.fold_in(key, 0))
-    if c.rollout.engine == "slots":
-      traj = run_slot_episodes(
-          *args, slots_per_device=config_lib.slots_per_device(c, jax.device_count(), jax.process_count()),
-          decode_chunk=c.rollout.decode_chunk, tool_workers=c.rollout.tool_workers, **episodes)
-    else:
-      traj = run_episodes_in_waves(
-          *args, prompts_per_wave=config_lib.prompts_per_wave(c, jax.device_count(), jax.process_count()),
-          **episodes)
-    return traj, evaluation.score_batch(traj, reward_style=c.algorithm.reward_style)
-
-  def _trim(self, traj):
-    """`traj` cut to its longest prompt / response (over all processes), rounded up to
-    `trainer.length_multiple`: the learner's passes then cost what the rows need, not the rollout limits."""
-    multiple = self.c.trainer.length_multiple
-    if not multiple:
-      return traj
-    need_p, need_r = agreed_max([traj.prompt_mask.sum(axis=1).max(), traj.response_lengths.max()])
-    return traj.trimmed(learner_lib.bucket_length(int(need_p), multiple, traj.prompt_length),
-                        learner_lib.bucket_length(int(need_r), multiple, traj.response_length))
-
-  def onpolicy_shortcut(self, step: int) -> bool:
-    """Whether step `step`'s actor update takes its old log-probs from its own forward (`Learner.actor_step`
-    with `onpolicy`) instead of a separate pass before it.
-
-    Only where nothing else needs them first: one epoch of one mini-batch (the update then sees exactly the
-    parameters that sampled the batch), no KL penalty in the reward (it reads them to build the rewards and
-    so the advantages) and an actor that is updated at this step (during the critic warm-up the pass is the
-    only source of the drift and entropy metrics).
-    """
-    c = self.c
-    return bool(c.actor.reuse_onpolicy_logprobs and c.actor.ppo_epochs == 1 and c.actor.num_mini_batches == 1
-                and not c.algorithm.use_kl_in_reward and step > c.trainer.critic_warmup)
-
-  def prepare_batch(self, traj, scores: list[dict], *, old_logprobs: bool = True
-                    ) -> tuple[dict[str, jax.Array], dict[str, Any]]:
-    """Learner inputs for a scored rollout: masks, old/ref log-probs, (KL-penalised) rewards, values,
-    advantages and returns, all on device with the batch sharded over (data, fsdp).
-
-    `old_logprobs=False` (an on-policy step, `onpolicy_shortcut`): no old-log-prob pass; the batch carries the
-    sampler's log-probs and the action mask instead, from which the update reports the drift and entropy.
-    """
-    c = self.c
-    traj = self._trim(traj)
-    token_rewards = traj.token_level_rewards([s["score"] for s in scores])
-    rl.check_inputs(token_rewards, traj.action_mask, group_ids=traj.group_ids)
-    dev = traj.to_device(self.batch_sharding, extra={"token_level_rewards": token_rewards})
-    loss_mask, adv_mask = self._masks(dev)
-    batch = {"input_ids": dev["input_ids"], "attention_mask": dev["attention_mask"],
-             "response_ids": dev["response_ids"], "loss_mask": loss_mask, "advantage_mask": adv_mask}
-    rows = batch["input_ids"].shape[0]  # global rows (all processes)
-    actor_micro = config_lib.micro_batches(c, "actor", rows, jax.device_count())
-    action = dev["action_mask"].astype(jnp.float32)
-    metrics: dict[str, Any] = {}
-    if old_logprobs:
-      batch["old_logprobs"], entropy = self.learner.logprobs(self.state["actor"], batch, num_micro=actor_micro)
-      metrics.update(learner_lib.rollout_logprob_metrics(batch["old_logprobs"], entropy, dev["sampler_logprobs"],
-                                                         action))
-    elif c.algorithm.use_kl_in_reward:
-      raise ValueError("the KL penalty in the reward reads the old log-probs: prepare_batch needs old_logprobs=True")
-    else:
-      batch["sampler_logprobs"], batch["action_mask"] = dev["sampler_logprobs"], action
-    if "ref" in self.state:
-      batch["ref_logprobs"], _ = self.learner.logprobs(self.state["ref"], batch, num_micro=actor_micro,
-                                                         with_entropy=False)
-    rewards = dev["token_level_rewards"]
-    if c.algorithm.use_kl_in_reward:
-      rewards, kl = self._kl_penalty(rewards, batch["old_logprobs"], batch["ref_logprobs"], action, self.kl_ctrl.value,
-                                     kind=c.algorithm.kl_penalty)
-      metrics["kl_in_reward"] = kl.value()
-      metrics["kl_coef"] = self.kl_ctrl.value
-      self.kl_ctrl.update(float(kl.value()), rows)
-    values = None
-    if c.algorithm.use_critic:
-      values = self.learner.values(self.state["critic"], batch,
-                                   num_micro=config_lib.micro_batches(c, "critic", rows, jax.device_count()))
-      batch["old_values"] = values
-    batch["advantages"], batch["returns"] = self._advantages(
-        c.algorithm.adv_estimator, rewards, adv_mask, values=values, group_ids=dev["group_ids"],
-        params=self.adv_params)
-    return batch, metrics
 
   def step(self, step: int) -> dict[str, Any]:
     """One RL step (see the module docstring); returns its metrics."""
