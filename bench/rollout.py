@@ -437,8 +437,16 @@ def peak_memory(sampler, params, batch, width: int, slots: int, chunk: int) -> d
     lowered = sampler.lower(params, rows=batch.action_mask.shape[0], prompt_length=prompt,
                             extend_length=observation, width=width, sampling=GREEDY)
   else:
+    # Over every slot, and compacted to the widest gather (half the slots): the gathered rows are extra memory.
     decoder = slots_lib.SlotDecoder(sampler, slots_per_device=slots, decode_chunk=chunk)
-    lowered = decoder.lower(params, extend_length=max(prompt, observation), sampling=GREEDY)
+    peaks = {}
+    for busiest in (None, slots // 2):
+      if busiest == 0:
+        continue
+      lowered = decoder.lower(params, extend_length=max(prompt, observation), sampling=GREEDY, busiest=busiest)
+      for name, low in lowered.items():
+        peaks[name] = max(peaks.get(name, 0), footprint(low) - weights)
+    return peaks
   return {name: footprint(low) - weights for name, low in lowered.items()}
 
 
@@ -501,17 +509,20 @@ def run_preset(preset: Preset, args) -> list[dict]:
   t0 = time.perf_counter()
   _, ref = lockstep_run(workload, sampler, params, rollout, "none")  # compiles the lockstep programs
   print(describe(workload, ref, rollout))
-  # Every extend bucket a slot run can need (a prompt or an observation, alone or with longer ones), so that no
-  # timed run compiles: which appends share an extend depends on the tools' timing.
+  # Every extend bucket and compacted width a slot run can need (a prompt or an observation, alone or with longer
+  # ones), so that no timed run compiles: which appends share an extend depends on the tools' timing.
   shortest = min(int(ref.prompt_mask.sum(1).min()), preset.content_chars[0])
-  widest = buckets.extend_bucket(max(appends(ref)))
-  for n in sorted({n for n, _ in configs}):
-    decoder = slots_lib.SlotDecoder(sampler, slots_per_device=n, decode_chunk=chunks[0])
+  widest = buckets.slot_extend_bucket(max(appends(ref)))
+  for n, chunk in configs:
+    decoder = slots_lib.SlotDecoder(sampler, slots_per_device=n, decode_chunk=chunk)
     state = decoder.init()
-    tb = buckets.extend_bucket(shortest)
-    while tb <= widest:
-      state = decoder.extend(params, state, [[0] * tb] + [[] for _ in range(n - 1)], np.ones(n, bool))
-      tb *= 2
+    for m in sorted({decoder.compact_width(k) for k in range(1, n + 1)}):  # every compacted width of extend, decode
+      tb = buckets.slot_extend_bucket(shortest)
+      while tb <= widest:
+        state = decoder.extend(params, state, [[0] * tb] * m + [[] for _ in range(n - m)], np.arange(n) < m)
+        tb = buckets.slot_extend_bucket(tb + 1)
+      budgets = (np.arange(n) < m).astype(np.int64)
+      state, _ = decoder.decode(params, state, budgets, budgets > 0, np.arange(n), GREEDY, jax.random.key(0))
     jax.block_until_ready(state.cache)
   for n, chunk in configs:
     slot_run(workload, sampler, params, rollout, "none", n, chunk, args.tool_workers)

@@ -128,3 +128,15 @@ def test_compacted_slots_on_a_mesh_equal_the_lockstep_driver(policy):
                           GREEDY_PROMPTS, config, GREEDY, jax.random.key(0), slots_per_device=4, decode_chunk=3)
   assert got.stats["slots"] == 16
   assert_same_trajectories(got, want, logprob_atol=2e-5)
+
+
+def test_slot_extend_buckets_are_quarter_octaves():
+  """Hand-listed sizes, and for every length up to 4096: the bucket holds it, pads it by at most a quarter (above
+  the floor of 8), and is 2^k (1 + j / 4)."""
+  from agent_r1_jax.sampling.buckets import slot_extend_bucket  # pylint: disable=import-outside-toplevel
+  assert [slot_extend_bucket(t) for t in (0, 1, 8, 9, 11, 16, 17, 33, 65, 100, 1000, 1025)] == [
+      8, 8, 8, 10, 12, 16, 20, 40, 80, 112, 1024, 1280]
+  allowed = {(4 + j) << k for k in range(1, 12) for j in range(4)}
+  for t in range(9, 4097):
+    b = slot_extend_bucket(t)
+    assert t <= b <= 1.25 * t and b in allowed, (t, b)

@@ -6,6 +6,9 @@ Policy (each size is rounded up to a power of two, with a floor):
                                                      power of two would sample 1024)
   prompt     P -> max(16, 2^ceil(log2 P))           (extra columns are left padding)
   extension  T -> max(8, 2^ceil(log2 T))            (observation tokens, right padded)
+  slot extension T -> the smallest 2^k (1 + j / 4) >= max(8, T), j = 0..3 (prompts and observations appended
+                                                     by the slot engine, right padded: at most 25% padding
+                                                     where a power of two wastes up to half; `slot_extend_bucket`)
   segment    S -> max(8, 2^ceil(log2 W))            (output buffer of one decode segment; W = the
                                                      call's width, by default its max budget)
 Multi-host: P, T and the width are the max over all processes (or a size the caller says they agree on),
@@ -48,6 +51,15 @@ def prompt_bucket(p: int) -> int:
 
 def extend_bucket(t: int) -> int:
   return pow2_bucket(t, MIN_EXTEND)
+
+
+def slot_extend_bucket(t: int) -> int:
+  """The slot engine's append width: the smallest of 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, ... (2^k (1 + j / 4))
+  that holds max(t, 8). Its extends run over the few rows that append, each as wide as its longest append, so
+  padding is most of their cost; four sizes per octave keep it under a quarter for 4x the compiled programs."""
+  t = max(int(t), MIN_EXTEND)
+  step = max(pow2_bucket(t) // 8, 1)  # a quarter of the octave [2^k, 2^(k+1)) that holds t
+  return -(-t // step) * step
 
 
 def segment_bucket(max_budget: int) -> int:

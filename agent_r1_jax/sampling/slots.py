@@ -6,7 +6,7 @@ Shapes (all static, so each program compiles once per bucket):
       passes and gets back its own n = N / processes rows (`SlotDecoder.slots`), rows [i n, (i + 1) n) being
       process i's (`multihost.global_rows`);
   S   cache slots per row (`Sampler.max_cache_length`);  V vocabulary;  K stop window (`stop_sequences.pack`);
-  Tb  extension bucket of the longest row appended in one call (`buckets.extend_bucket`);
+  Tb  extension bucket of the longest row appended in one call (`buckets.slot_extend_bucket`);
   C   `decode_chunk`, tokens per row per decode call.
 
 State (`SlotState`): the KV cache `[N, S]`, next-token logits `[N, V]`, and each row's stop window `[N, K]` (its
@@ -357,7 +357,7 @@ class SlotDecoder:
     elif not isinstance(extend_length, (int, np.integer)) or extend_length < longest:
       raise ValueError(f"extend_length={extend_length!r} is smaller than this process's longest row ({longest}); "
                        "pass the max over all processes (or None to compute it)")
-    tb = buckets.extend_bucket(int(extend_length))
+    tb = buckets.slot_extend_bucket(int(extend_length))
     ids = np.full((self.slots, tb), self.sampler.pad_id, np.int32)
     mask = np.zeros((self.slots, tb), np.int32)
     for b, row in enumerate(rows):
@@ -394,7 +394,7 @@ class SlotDecoder:
                     v=tuple(placed(a.shape, a.dtype, kv_names) for a in cache.v),
                     valid=rows(cache.valid.shape, bool), lengths=rows((n,), jnp.int32), cursor=rows((n,), jnp.int32))
     logits, window = rows(logits.shape, logits.dtype), rows(window.shape, window.dtype)
-    tb = buckets.extend_bucket(int(extend_length))
+    tb = buckets.slot_extend_bucket(int(extend_length))
     key = jax.eval_shape(lambda: jax.random.key(0))
     m = self.slots_per_device if busiest is None else self.compact_width(busiest)
     index = None if m == self.slots_per_device else rows((self.global_slots // self.slots_per_device, m), jnp.int32)
