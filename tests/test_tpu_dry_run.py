@@ -252,3 +252,15 @@ def test_the_slot_engines_decode_holds_its_slots_not_the_steps_rows():
   row = 2 * 256 * 8 * 128 * 4 + 4096 * 4
   assert 6 * row <= many - few <= 6 * (row + 4096)
   assert abs(many - lockstep) <= 8 * 4096  # the same cache and logits; only the small per-row vectors differ
+
+
+def test_the_slot_engines_gathered_calls_compute_half_the_rows():
+  """With 8 slots per chip, the decode chunk compacted to half of them (4 rows gathered per chip) takes the slots'
+  arguments plus the gather's index, and a decode step costs half the FLOPs of one over every slot."""
+  mesh = make_mesh(1, -1, 1, devices=tpu.topology_devices("v5e:2x2"))
+  c = _config("v5e:2x2", **{"rollout.engine": "slots", "rollout.slots_per_device": 8})
+  full, gathered = dry_run.size_programs(c, dry_run._architecture(c), mesh,
+                                         programs=("decode_chunk", "decode_chunk_gathered"))[0]
+  assert full.error is None and gathered.error is None
+  assert 0 <= gathered.arguments - full.arguments <= 1024
+  assert gathered.iteration_flops == pytest.approx(full.iteration_flops / 2, rel=0.05)

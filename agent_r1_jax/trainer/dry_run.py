@@ -26,8 +26,9 @@ stays resident on the device while it runs but is not one of its arguments (e.g.
 the frozen reference during the rollout); the run fits when every program's peak is within the budget.
 Shapes are the configured limits (the longest prompt and response a step can hold, rows bucketed as the
 sampler buckets them), so the figures bound what any step of the run needs. With `rollout.engine="slots"` the
-rollout's programs are the slot engine's (`slot_extend`, `decode_chunk` over its N slots) instead of the lockstep
-sampler's prefill, extend and decode over the step's (or a wave's) rows. `--config.dry_run_report=PATH`
+rollout's programs are the slot engine's (`slot_extend`, `decode_chunk` over its N slots, and the same two
+compacted to half the slots per chip, `*_gathered`, which hold the gathered rows beside the slots) instead of the
+lockstep sampler's prefill, extend and decode over the step's (or a wave's) rows. `--config.dry_run_report=PATH`
 writes the figures as JSON (`DryRunReport.to_json`).
 """
 
@@ -63,7 +64,8 @@ from agent_r1_jax.trainer import hlo_flops, memory, roofline, tpu
 from agent_r1_jax.trainer.dry_run_report import _GIB, DryRunReport, ProgramMemory
 
 # The slot engine's programs are planned as the lockstep ones they generalise (over the slots' rows).
-_PLANNED_AS = {"slot_extend": "extend", "decode_chunk": "decode"}
+_PLANNED_AS = {"slot_extend": "extend", "decode_chunk": "decode", "slot_extend_gathered": "extend",
+               "decode_chunk_gathered": "decode"}
 
 
 def abstract_opt_state(tx, params: Any, mesh) -> Any:
@@ -211,14 +213,22 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
     if slots:  # a prompt and an observation are appended by the same program: its widest call is the longer
       decoder = SlotDecoder(sampler, slots_per_device=sampled_rows // config_lib.batch_devices(c, devices),
                             decode_chunk=c.rollout.decode_chunk)
+      # "_gathered": the call compacted to its widest gather (half the slots per chip), which holds the gathered
+      # rows beside the slots.
+      gathered = name.endswith("_gathered")
       return decoder.lower(prepared, extend_length=max(c.rollout.max_prompt_length, observation_tokens(c)),
-                           sampling=sampling, only=name)
+                           sampling=sampling, only=name.removesuffix("_gathered"),
+                           busiest=decoder.slots_per_device // 2 if gathered else None)
     return sampler.lower(prepared, rows=sampled_rows, prompt_length=c.rollout.max_prompt_length,
                          extend_length=observation_tokens(c), width=c.rollout.max_new_tokens_per_turn,
                          sampling=sampling, only=name)
 
   # The sampler's programs read the prepared weights (`Sampler.prepare`), the actor's own stay resident.
-  rollout_programs = ("slot_extend", "decode_chunk") if slots else ("prefill", "extend", "decode")
+  rollout_programs = ("prefill", "extend", "decode")
+  if slots:
+    rollout_programs = ("slot_extend", "decode_chunk")
+    if config_lib.slots_per_device(c, devices, 1) >= 2:  # with one slot per chip no call is ever gathered
+      rollout_programs += ("slot_extend_gathered", "decode_chunk_gathered")
   candidates = [("sampling_weights", lambda: sampling_programs.sampling_weights_jit.lower(actor_graphdef, actor),
                  ("actor", "batch"))]
   candidates += [(name, functools.partial(sampler_program, name), ("batch",)) for name in rollout_programs]
@@ -247,6 +257,8 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
   per_step = {"sampling_weights": 1, "prefill": waves, "extend": waves * (c.rollout.max_turns - 1),
               "decode": waves * tokens_per_row, "slot_extend": waves * c.rollout.max_turns,
               "decode_chunk": waves * tokens_per_row,
+              # Gathered calls replace some full ones; the step estimate counts every call as a full one.
+              "slot_extend_gathered": 0, "decode_chunk_gathered": 0,
               "logprobs": micro["actor"], "ref_logprobs": micro["actor"], "values": micro["critic"],
               "actor_update": mini_micro["actor"] * updates_per_step,
               "critic_update": mini_micro["critic"] * updates_per_step}
