@@ -14,7 +14,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from agent_r1_jax.models import make_mesh, state_shardings
 from agent_r1_jax.rollout import run_episodes, run_slot_episodes, stop_strings
 from agent_r1_jax.sampling import Sampler, SamplingParams
-from agent_r1_jax.sampling.slots import SlotDecoder, put_rows, take_rows
+from agent_r1_jax.sampling.row_gather import put_rows, take_rows
+from agent_r1_jax.sampling.slots import SlotDecoder
 from test_slot_engine import (GREEDY_PROMPTS, PAD, TOK, SteerEnv, assert_same_trajectories, build_policy, ids,
                               make_sampler, rollout_config)
 

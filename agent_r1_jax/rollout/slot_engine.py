@@ -13,8 +13,9 @@ row order):
 Each iteration of the host loop, without waiting on anything: harvests the tool calls that have returned, admits
 queued episodes into free slots, runs one extend for every READY row (prefills and observations together; rows
 with nothing to append are untouched), then decodes one chunk over all DECODE rows (the others masked with budget
-0); both calls compute only the rows taking part, gathered into a power-of-two width (`SlotDecoder`). Rows whose turn ended in the chunk are appended to the episode state together; their texts go to the env,
-one `batch_step` per (chunk, turn) group, on a `ThreadPoolExecutor`. Only when no row can decode does the host
+0); both calls compute only the rows taking part, gathered into a power-of-two width (`SlotDecoder`). Rows whose
+turn ended in the chunk are appended to the episode state together; their texts go to the env, one `batch_step`
+per (chunk, turn) group, on a `ThreadPoolExecutor`. Only when no row can decode does the host
 block, on the first tool call to return. The rollout ends when every episode has ended.
 
 Multi-process (a mesh spanning P processes, multi-controller JAX): each process runs this loop over its own

@@ -63,6 +63,7 @@ from agent_r1_jax.sampling import buckets, multihost
 from agent_r1_jax.sampling import stop_sequences as stops_lib
 from agent_r1_jax.sampling.params import SamplingParams
 from agent_r1_jax.sampling.programs import _extend, feed_back, segment_end
+from agent_r1_jax.sampling.row_gather import put_cache_rows, put_rows, take_cache_rows, take_rows
 from agent_r1_jax.sampling.sample import sample_tokens_per_row
 from agent_r1_jax.sampling.sampler import Sampler
 
@@ -120,50 +121,6 @@ def _init(*, rows, max_length, layers, kv_width, vocab, window, cache_dtype, kv_
   return cache, logits, constrain(jnp.full((rows, window), stops_lib.ABSENT, jnp.int32), ("batch", None))
 
 
-def _rows_view(x: jax.Array, devices: int, names: Sequence[str | None]) -> jax.Array:
-  """`x` `[N, ...]` (rows over the batch devices) as `[D, N / D, ...]`: device d's rows in block d."""
-  view = x.reshape(devices, x.shape[0] // devices, *x.shape[1:])
-  return constrain(view, (names[0], None, *names[1:]))
-
-
-def take_rows(x: jax.Array, rows: jax.Array, names: Sequence[str | None]) -> jax.Array:
-  """`[D m, ...]`: device d's local rows `rows[d]` (int32 `[D, m]`, indices into its N / D rows) of `x` `[N, ...]`,
-  gathered where they live (block d of the result is device d's); `names` are `x`'s logical axes."""
-  devices, m = rows.shape
-  picked = jax.vmap(lambda block, index: block[index])(_rows_view(x, devices, names), rows)
-  return constrain(picked.reshape(devices * m, *x.shape[1:]), names)
-
-
-def put_rows(x: jax.Array, rows: jax.Array, values: jax.Array, names: Sequence[str | None]) -> jax.Array:
-  """`x` with device d's local rows `rows[d]` set to block d of `values` `[D m, ...]` (the inverse of `take_rows`;
-  `rows[d]` must not repeat an index)."""
-  devices, m = rows.shape
-  updated = jax.vmap(lambda block, index, new: block.at[index].set(new, unique_indices=True))(
-      _rows_view(x, devices, names), rows, values.reshape(devices, m, *values.shape[1:]))
-  return constrain(updated.reshape(x.shape), names)
-
-
-def _cache_rows(cache: KVCache, rows: jax.Array, kv_heads: int) -> KVCache:
-  kv = _kv_names(kv_heads)
-  return KVCache(k=tuple(take_rows(a, rows, kv) for a in cache.k), v=tuple(take_rows(a, rows, kv) for a in cache.v),
-                 valid=take_rows(cache.valid, rows, ("batch", None)), lengths=take_rows(cache.lengths, rows, ("batch",)),
-                 cursor=take_rows(cache.cursor, rows, ("batch",)))
-
-
-def _put_cache_rows(cache: KVCache, rows: jax.Array, part: KVCache, kv_heads: int) -> KVCache:
-  kv = _kv_names(kv_heads)
-  return KVCache(k=tuple(put_rows(a, rows, b, kv) for a, b in zip(cache.k, part.k)),
-                 v=tuple(put_rows(a, rows, b, kv) for a, b in zip(cache.v, part.v)),
-                 valid=put_rows(cache.valid, rows, part.valid, ("batch", None)),
-                 lengths=put_rows(cache.lengths, rows, part.lengths, ("batch",)),
-                 cursor=put_rows(cache.cursor, rows, part.cursor, ("batch",)))
-
-
-def _kv_names(kv_heads: int) -> tuple[str | None, ...]:
-  mesh = jax.sharding.get_abstract_mesh()
-  return kv_axes(kv_heads, 1 if mesh.empty else dict(mesh.shape).get("tensor", 1))
-
-
 def _extend_rows(graphdef, params, cache, last_logits, reset, ids, mask):
   keep = ~reset
   cache = dataclasses.replace(cache, valid=cache.valid & keep[:, None], lengths=jnp.where(keep, cache.lengths, 0),
@@ -210,9 +167,9 @@ def _slot_extend(graphdef, params, cache, last_logits, reset, ids, mask, rows, *
   device) gathered from the slots and scattered back; `reset`, `ids` and `mask` are then those rows' `[D m, ...]`."""
   if rows is None:
     return _extend_rows(graphdef, params, cache, last_logits, reset, ids, mask)
-  part, part_logits = _extend_rows(graphdef, params, _cache_rows(cache, rows, kv_heads),
+  part, part_logits = _extend_rows(graphdef, params, take_cache_rows(cache, rows, kv_heads),
                                    take_rows(last_logits, rows, ("batch", None)), reset, ids, mask)
-  return _put_cache_rows(cache, rows, part, kv_heads), put_rows(last_logits, rows, part_logits, ("batch", None))
+  return put_cache_rows(cache, rows, part, kv_heads), put_rows(last_logits, rows, part_logits, ("batch", None))
 
 
 def _decode_chunk(graphdef, params, cache, last_logits, window, budgets, fresh, episodes, stops, rng, rows, *,
@@ -223,9 +180,9 @@ def _decode_chunk(graphdef, params, cache, last_logits, window, budgets, fresh, 
   if rows is None:
     return run(cache, last_logits, window, budgets, fresh, episodes, stops, rng)
   part, part_logits, part_window, *out = run(
-      _cache_rows(cache, rows, kv_heads), take_rows(last_logits, rows, ("batch", None)),
+      take_cache_rows(cache, rows, kv_heads), take_rows(last_logits, rows, ("batch", None)),
       take_rows(window, rows, ("batch", None)), budgets, fresh, episodes, stops, rng)
-  return (_put_cache_rows(cache, rows, part, kv_heads), put_rows(last_logits, rows, part_logits, ("batch", None)),
+  return (put_cache_rows(cache, rows, part, kv_heads), put_rows(last_logits, rows, part_logits, ("batch", None)),
           put_rows(window, rows, part_window, ("batch", None)), *out)
 
 
