@@ -133,9 +133,9 @@ def load_initial_actor(source: str | pathlib.Path, c: config_dict.ConfigDict, ar
   if (path / "checkpoints").is_dir():
     steps = checkpoint_steps(path)
     if 0 not in steps:
-      raise ValueError(f"init_from={source}: the run has no step-0 checkpoint (steps {steps}); train it with "
-                       f"trainer.max_to_keep large enough to keep step 0, or stop it after step 0 with "
-                       f"--config.trainer.total_steps=0")
+      raise ValueError(f"init_from={source}: the run has no step-0 checkpoint (steps {steps}; runs keep step 0 "
+                       f"whatever trainer.max_to_keep, so this one predates that or lost it); write it with "
+                       f"--config.trainer.total_steps=0 in a new workdir")
     try:
       return restore_actor(path, c, arch, mesh, step=0)[1]
     except IncompatibleCheckpointError as e:

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 import jax
 import orbax.checkpoint as ocp
+from orbax.checkpoint.checkpoint_managers import preservation_policy
 
 
 class IncompatibleCheckpointError(ValueError):
@@ -27,12 +28,20 @@ class IncompatibleCheckpointError(ValueError):
 
 
 class Checkpointer:
-  """Thin policy layer over `ocp.CheckpointManager` for the RL trainer."""
+  """Thin policy layer over `ocp.CheckpointManager` for the RL trainer.
 
-  def __init__(self, directory: str | pathlib.Path, *, max_to_keep: int = 3, async_save: bool = True):
+  Keeps the latest `max_to_keep` steps and, whatever `max_to_keep` is, every step in `keep_steps`: step 0 (the
+  policy after warm-up, before RL) by default, which `init_from`, `evaluate`'s base-tool-call row and the paper
+  tables read back after the run.
+  """
+
+  def __init__(self, directory: str | pathlib.Path, *, max_to_keep: int = 3, async_save: bool = True,
+               keep_steps: tuple[int, ...] = (0,)):
     self.directory = pathlib.Path(directory).resolve()
-    options = ocp.CheckpointManagerOptions(
-        max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True)
+    keep = preservation_policy.AnyPreservationPolicy(
+        [preservation_policy.LatestN(max_to_keep), preservation_policy.CustomSteps(list(keep_steps))])
+    options = ocp.CheckpointManagerOptions(preservation_policy=keep, enable_async_checkpointing=async_save,
+                                           create=True)
     self._manager = ocp.CheckpointManager(self.directory, options=options)
 
   def latest_step(self) -> int | None:

@@ -75,7 +75,7 @@ def apply_tiny(c: config_dict.ConfigDict) -> None:
   c.trainer.eval_every = 5
   c.trainer.save_every = 5
   c.trainer.length_multiple = 16
-  # Steps 0 (after warm-up), 5, 10, 15 are kept: evaluate's base_tool_call reads step 0.
+  # Steps 5, 10, 15 are kept, and step 0 (after warm-up) as in every run: evaluate's base_tool_call reads it.
   c.trainer.max_to_keep = 4
   c.trainer.eval_batch_size = 64
   c.trainer.eval_num_examples = 64
