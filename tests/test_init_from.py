@@ -103,3 +103,21 @@ def test_a_source_of_another_architecture_is_one_clear_error(source, tmp_path):
                      match=r"init_from=.*another architecture .*hidden_size: 32 there, 48"):
     loop.train(micro_config("grpo", init_from=str(src_dir / "hf_export"), **{"model.hidden_size": 48}),
                tmp_path / "run2")
+
+
+def test_a_hugging_face_source_with_other_math_is_refused_naming_the_field(source, tmp_path):
+  """Same shapes, other math (#33, defect 6: only the shape fields were compared, so these ran silently): a RoPE
+  base the run does not use, and an RMSNorm epsilon edited into a copy of the export's config.json."""
+  import json  # pylint: disable=import-outside-toplevel
+  import shutil  # pylint: disable=import-outside-toplevel
+  src_dir, _ = source
+  with pytest.raises(IncompatibleCheckpointError, match=r"another architecture .*rope_theta: 10000.0 there, 500000.0"):
+    loop.train(micro_config("grpo", init_from=str(src_dir / "hf_export"), **{"model.rope_theta": 500000.0}),
+               tmp_path / "run")
+  edited = tmp_path / "edited"
+  shutil.copytree(src_dir / "hf_export", edited)
+  config = json.loads((edited / "config.json").read_text())
+  config["rms_norm_eps"] = 1e-5
+  (edited / "config.json").write_text(json.dumps(config))
+  with pytest.raises(IncompatibleCheckpointError, match=r"rms_norm_eps: 1e-05 there, 1e-06 here"):
+    loop.train(micro_config("grpo", init_from=str(edited)), tmp_path / "run2")

@@ -24,6 +24,9 @@ from agent_r1_jax.trainer.checkpointing import IncompatibleCheckpointError
 
 _ARCH_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "head_dim", "tie_word_embeddings")
+# Every `Qwen2Config` field that changes the forward function: a source differing in any of them has weights made
+# for other math (the rest, max_position_embeddings and the bos / eos ids, are informational).
+_MATH_FIELDS = _ARCH_FIELDS + ("rms_norm_eps", "rope_theta", "attention_bias")
 
 
 def read_workdir_config(workdir: str | pathlib.Path) -> config_dict.ConfigDict:
@@ -142,11 +145,12 @@ def load_initial_actor(source: str | pathlib.Path, c: config_dict.ConfigDict, ar
       raise IncompatibleCheckpointError(f"init_from={source}: {e}") from None
   if (path / "config.json").is_file() and any(path.glob("*.safetensors*")):
     saved = Qwen2Config.from_pretrained_dir(path)
-    differ = [f"{k}: {getattr(saved, k)} there, {getattr(arch, k)} here" for k in _ARCH_FIELDS
+    differ = [f"{k}: {getattr(saved, k)} there, {getattr(arch, k)} here" for k in _MATH_FIELDS
               if getattr(saved, k) != getattr(arch, k)]
     if differ:
       raise IncompatibleCheckpointError(f"init_from={source} is another architecture than this run's model "
-                                        f"({'; '.join(differ)}); set --config.model.* (or model.path) to match it")
+                                        f"({'; '.join(differ)}); set --config.model.* to match it, or "
+                                        f"--config.model.path={source} to take its whole architecture")
     model = load_hf_checkpoint(path, dtype=c.model.param_dtype, compute_dtype=c.model.compute_dtype, mesh=mesh,
                                remat=c.model.remat, scan_layers=c.model.scan_layers,
                                attention_chunk_size=c.model.attention_chunk_size)
