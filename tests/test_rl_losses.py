@@ -6,6 +6,7 @@ import functools
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -164,10 +165,20 @@ def test_kl_penalties_loss_and_reward_penalty(kind):
                              atol=TOL, rtol=1e-6)
 
 
-def test_low_var_kl_is_clamped():
-  big = np.array([[0.0, 0.0]], np.float32)
-  out = np.asarray(rl.kl_penalty(big, np.array([[30.0, -30.0]], np.float32), "low_var_kl"))
-  assert out[0, 0] == 10.0 and 0.0 < out[0, 1] <= 10.0
+def test_low_var_kl_is_clamped_and_its_gradient_stays_finite():
+  """k3 = exp(-d) - 1 + d with d = logp - ref. Values: clamped to 10 at d = -30 and d = 30 (29 unclamped). Gradient
+  in logp, hand-computed 1 - exp(-d) where nothing clamps (d = -1: 1 - e; d = 0.5: 1 - exp(-0.5)), and 0 where
+  the result is clamped. At d = -100 exp(100) overflows float32: without the inner clamp of d to [-20, 20] the
+  clamped value is still 10 but its gradient is 0 * inf = nan, which is what that clamp is for (#33)."""
+  ref = np.array([[30.0, -30.0, 1.0, -0.5, 100.0]], np.float32)
+  logp = np.zeros_like(ref)
+  out = np.asarray(rl.kl_penalty(logp, ref, "low_var_kl"))
+  np.testing.assert_array_equal(out[0, :2], [10.0, 10.0])
+  np.testing.assert_allclose(out[0, 2:4], [math.exp(1.0) - 2.0, math.exp(-0.5) - 0.5], rtol=1e-6)
+  assert out[0, 4] == 10.0
+  grad = np.asarray(jax.grad(lambda lp: rl.kl_penalty(lp, jnp.asarray(ref), "low_var_kl").sum())(jnp.asarray(logp)))
+  assert np.isfinite(grad).all(), grad
+  np.testing.assert_allclose(grad[0], [0.0, 0.0, 1.0 - math.e, 1.0 - math.exp(-0.5), 0.0], rtol=1e-6, atol=1e-7)
 
 
 def test_kl_controllers():
