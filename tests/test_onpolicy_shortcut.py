@@ -146,7 +146,9 @@ class _Spy:
 
 
 def _trainer(tmp_path, algorithm: str = "grpo", **overrides):
-  c = micro_config(algorithm, **{"actor.warmup_steps": 0, **overrides})
+  # The lockstep driver: at this seed its step-1 episodes' rewards differ within a group, so the update has a
+  # non-zero gradient to compare (the slot engine draws other episodes, all scoring alike: a vacuous comparison).
+  c = micro_config(algorithm, **{"actor.warmup_steps": 0, "rollout.engine": "lockstep", **overrides})
   return loop.RLTrainer(c, tmp_path)
 
 

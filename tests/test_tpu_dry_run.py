@@ -24,6 +24,9 @@ GIB = 1 << 30
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason='libtpu is not installed (pip install -e ".[tpu]")')
 GRPO_PROGRAMS = ["sampling_weights", "prefill", "extend", "decode", "logprobs", "ref_logprobs", "actor_update"]
+# The tiny preset's (the slot engine's): its calls over every slot, and gathered to half the slots per chip.
+SLOT_GRPO_PROGRAMS = ["sampling_weights", "slot_extend", "decode_chunk", "slot_extend_gathered",
+                      "decode_chunk_gathered", "logprobs", "ref_logprobs", "actor_update"]
 
 # The tiny GRPO preset at shapes every per-chip shard of which is whole TPU tiles on a 4-chip fsdp mesh (last dim
 # a multiple of 128, the one before a multiple of 8; 1-D arrays whole 1024s), so XLA:TPU's layout pads nothing
@@ -38,6 +41,7 @@ ALIGNED = {"model.hidden_size": 1024, "model.intermediate_size": 1024, "model.nu
 
 def _config(topology: str, **overrides) -> config_lib.config_dict.ConfigDict:
   c = config_lib.base_config("grpo", "tiny")
+  c.rollout.engine = "lockstep"  # the sampler's programs (the tiny preset streams; slot tests override this)
   c.dry_run = True
   c.dry_run_topology = topology
   for dotted, value in {**ALIGNED, **overrides}.items():
@@ -143,7 +147,8 @@ def test_a_mesh_that_does_not_span_the_slice_names_fsdp_minus_one():
 @needs_libtpu
 def test_the_cli_compiles_every_grpo_program_for_v5e_and_reports_the_compilers_figures(tmp_path):
   """One CLI dry run of the tiny GRPO preset for v5e:2x2 (its mesh filling the 4 chips, 5 rows per device so
-  micro-batches divide the 40-row mini-batch): every program compiled by XLA:TPU, the JSON report complete,
+  micro-batches divide the 40-row mini-batch; the preset's slot engine, 10 slots per chip): every program compiled
+  by XLA:TPU, the JSON report complete,
   the budget the compiler's 15.75 GiB, each roofline time the longer of FLOPs at 197 TFLOP/s and bytes at
   819 GB/s."""
   report_path = tmp_path / "report.json"
@@ -158,7 +163,7 @@ def test_the_cli_compiles_every_grpo_program_for_v5e_and_reports_the_compilers_f
   assert report["topology"] == "v5e:2x2" and report["chip"]["name"] == "v5e"
   assert report["chip_hbm_bytes"] == 15.75 * GIB and report["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}
   assert report["fits"] is True and report["num_params"] > 0
-  assert [p["name"] for p in report["programs"]] == GRPO_PROGRAMS
+  assert [p["name"] for p in report["programs"]] == SLOT_GRPO_PROGRAMS
   for p in report["programs"]:
     for field in ("arguments", "outputs", "temporaries", "aliased", "total", "peak", "flops", "bytes_accessed"):
       assert isinstance(p[field], int), (p["name"], field)
@@ -215,6 +220,7 @@ def test_a_program_too_large_for_the_chip_is_a_does_not_fit_row_with_the_compile
   20.0 GiB, over the chip's 16. Decode and prefill compile to rows quoting the compiler, not to an exception."""
   c = config_lib.base_config("grpo", "tiny")
   c.dry_run, c.dry_run_topology, c.mesh.fsdp = True, "v5e:2x2", -1
+  c.rollout.engine = "lockstep"  # the sampler's prefill and decode over the step's 640 rows
   c.trainer.batch_size, c.actor.micro_batch_size_per_device = 128, 8
   c.rollout.max_response_length, c.rollout.max_context_length = 65536, 65536 + 64
   kv_bytes = 4 * 2 * (640 // 4) * (64 + 65536) * 2 * 32 * 4

@@ -215,6 +215,7 @@ def test_dry_run_cli_compiles_every_program_and_gives_a_verdict(tmp_path):
   out = subprocess.run(
       [sys.executable, "-m", "agent_r1_jax.train", "--config=configs/ppo_multihopqa.py", "--config.dry_run=True",
        "--config.mesh.fsdp=-1", "--config.trainer.batch_size=64", "--config.dry_run_memory_gb=0.1",
+       "--config.rollout.engine=lockstep",  # the sampler's prefill / extend / decode rows
        f"--config.dry_run_report={report_path}"],
       cwd=REPO, capture_output=True, text=True, timeout=600,
       env=dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"))

@@ -22,7 +22,8 @@ def test_greedy_slot_engine_rollout_equals_the_lockstep_rollout_of_the_same_step
   ground truths, group ids and limits reach the slot engine as they reach the driver. (This untrained model
   answers in one turn; multi-turn episodes with tool calls and errors are compared in test_slot_engine.py.)"""
   overrides = {"trainer.batch_size": 8, "rollout.temperature": 0.0, "rollout.max_turns": 3}
-  lockstep = loop.RLTrainer(micro_config("grpo", **overrides), tmp_path / "lockstep")
+  lockstep = loop.RLTrainer(micro_config("grpo", **overrides, **{"rollout.engine": "lockstep"}),
+                            tmp_path / "lockstep")
   slots = loop.RLTrainer(micro_config("grpo", **overrides, **{"rollout.engine": "slots",
                                                                "rollout.slots_per_device": 1,
                                                                "rollout.decode_chunk": 3}), tmp_path / "slots")
