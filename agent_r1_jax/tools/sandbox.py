@@ -109,6 +109,16 @@ def _root_spec() -> list[str]:
   return spec
 
 
+def _canonical_interpreter() -> str:
+  """`sys.executable` under the canonical prefix the sandbox mounts (`realpath(sys.prefix)`): a venv reached
+  through a symlink or `..` runs as `<real prefix>/bin/python`, which exists in the sandbox and still finds the
+  venv's pyvenv.cfg beside it (resolving the executable itself would leave the venv for the base interpreter)."""
+  executable, prefix = os.path.abspath(sys.executable), os.path.abspath(sys.prefix)
+  if os.path.commonpath([executable, prefix]) == prefix:
+    return os.path.join(os.path.realpath(prefix), os.path.relpath(executable, prefix))
+  return os.path.realpath(executable)
+
+
 def bootstrap(limits: Limits) -> str:
   """Source of the program's first interpreter: set the limits, then exec the interpreter on the snippet (limits
   survive `execv`)."""
@@ -125,7 +135,7 @@ def bootstrap(limits: Limits) -> str:
 def isolated_command(stage: str, limits: Limits, python: str | None = None) -> list[str]:
   """The argv that runs the snippet read from stdin in the sandbox, `stage` an empty directory to build its root
   in (its tmpfs is private to the sandbox's mount namespace; the directory itself stays empty)."""
-  python = python or sys.executable
+  python = python or _canonical_interpreter()
   root = os.geteuid() == 0
   unshare = ["unshare", "--mount", "--propagation=private", "--net", "--pid", "--fork", "--ipc", "--uts",
              "--kill-child"]
