@@ -109,7 +109,7 @@ def test_micro_batched_update_equals_the_full_batch_objective(role, mode):
   micro-batch mean of means, an empty row or empty micro-batch counted or turning into NaN), and any loss term that
   differs from its definition (clip bounds swapped, dual clip missing, KL direction, entropy sign, the horizon H,
   the temperature, the response offset): with SGD(1) the learner's new parameters must equal params - grad of the
-  objective written here, with 1 and 4 micro-batches (4 include an empty one), and its loss metrics the
+  objective written here, with 1, 2 and 4 micro-batches (4 include an empty one), and its loss metrics the
   objective's terms."""
   learner, graphdef, params = _learner(role, mode)
   batch = _exactness_batch()
@@ -127,7 +127,7 @@ def test_micro_batched_update_equals_the_full_batch_objective(role, mode):
   moved = max(float(jnp.max(jnp.abs(g))) for g in jax.tree.leaves(grads))
   assert moved > 1e-3
   step = learner.actor_step if role == "actor" else learner.critic_step
-  for num_micro in (1, 4):
+  for num_micro in (1, 2, 4):
     new, _, metrics = step(jax.tree.map(jnp.copy, params), learner.actor_tx.init(params), batch, num_micro=num_micro)
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(new), jax.tree.leaves(expected)):
       np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-5,
