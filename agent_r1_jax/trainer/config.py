@@ -29,7 +29,6 @@ Algorithms differ only in these fields (the trainer never branches on the algori
 
 from __future__ import annotations
 
-import math
 import pathlib
 
 import jax
@@ -40,8 +39,10 @@ from agent_r1_jax.data.prompts import INSTRUCTION
 from agent_r1_jax.data.sources import DATA_SOURCES
 from agent_r1_jax.rewards import known_data_sources
 from agent_r1_jax.rewards.multihopqa import STYLES as REWARD_STYLES
+# Re-exported: batch_split and rollout_sizing hold what lived here before; callers keep importing it from here.
+from agent_r1_jax.trainer.batch_split import check_batch_split, check_topology_mesh, micro_batches  # noqa: F401
 from agent_r1_jax.trainer.presets import apply_preset
-from agent_r1_jax.trainer.rollout_sizing import (ENGINES, batch_devices, check_engine, prompts_per_wave,  # re-exported
+from agent_r1_jax.trainer.rollout_sizing import (ENGINES, batch_devices, check_engine, prompts_per_wave,  # noqa: F401
                                                    slots_per_device)
 from agent_r1_jax.trainer.sft import parse_stages
 
@@ -338,7 +339,7 @@ def validate(c: config_dict.ConfigDict) -> None:
                      "`python -m agent_r1_jax.data.prepare_multihopqa`)")
   _check_dry_run_fields(c)
   if not c.dry_run_topology:  # else the dry run checks the split over the slice's devices (check_topology_mesh)
-    _check_batch_split(c, batch_devices(c, jax.device_count()), jax.process_count())
+    check_batch_split(c, batch_devices(c, jax.device_count()), jax.process_count())
     prompts_per_wave(c, jax.device_count(), jax.process_count())
   check_engine(c)
   estimator = rl.get_estimator(c.algorithm.adv_estimator)  # what it needs, as registered
@@ -380,59 +381,6 @@ def _check_dry_run_fields(c: config_dict.ConfigDict) -> None:
       raise ValueError(f"{name} must be a string, got {c[name]!r}")
     if c[name] and not c.dry_run:
       raise ValueError(f"{name}={c[name]!r} is read by the dry run only: add --config.dry_run=True (or unset it)")
-
-
-def check_topology_mesh(c: config_dict.ConfigDict, device_count: int) -> None:
-  """With `dry_run_topology`: `c.mesh` spans the slice's `device_count` devices (a -1 size fills them, fixed
-  sizes must multiply to it) and the batch splits over them as on the hardware. One ValueError naming the fix."""
-  sizes = dict(c.mesh)
-  product = math.prod(sizes.values())
-  if -1 not in sizes.values() and product != device_count:
-    fsdp = max(device_count // (sizes["data"] * sizes["tensor"]), 1)  # what fsdp=-1 fills
-    hint = _micro_batch_hint(c, sizes["data"] * fsdp)
-    raise ValueError(f"mesh {sizes} spans {product} device(s), dry_run_topology={c.dry_run_topology!r} has "
-                     f"{device_count}: set --config.mesh.fsdp=-1 (fills the slice){hint}")
-  _check_batch_split(c, batch_devices(c, device_count), 1)
-  prompts_per_wave(c, device_count, 1)
-
-
-def _micro_batch_hint(c: config_dict.ConfigDict, devices: int) -> str:
-  """" and --config.actor.micro_batch_size_per_device=N": the largest size <= the configured one whose
-  micro-batches divide the mini-batch over `devices` batch devices, for each section that needs a change."""
-  mini = c.trainer.batch_size * c.rollout.n_samples // c.actor.num_mini_batches
-  hints = []
-  for section in ("actor", "critic") if c.algorithm.use_critic else ("actor",):
-    per_device = c[section].micro_batch_size_per_device
-    if mini % (per_device * devices) == 0:
-      continue
-    fits = [p for p in range(per_device, 0, -1) if mini % (p * devices) == 0]
-    hints.append(f"--config.{section}.micro_batch_size_per_device={fits[0]}" if fits else
-                 f"a mini-batch of {mini} rows that splits over {devices} devices (trainer.batch_size)")
-  return "".join(f" and {h}" for h in hints)
-
-
-def _check_batch_split(c: config_dict.ConfigDict, devices: int, processes: int) -> None:
-  """Prompts split over processes, rows into mini-batches, mini-batches into whole micro-batches."""
-  if c.trainer.batch_size % processes:
-    raise ValueError(f"trainer.batch_size = {c.trainer.batch_size} prompts per step must split evenly over the "
-                     f"{processes} processes")
-  rows = c.trainer.batch_size * c.rollout.n_samples
-  if rows % c.actor.num_mini_batches:
-    raise ValueError(f"trainer.batch_size * rollout.n_samples = {rows} rows must split into "
-                     f"actor.num_mini_batches = {c.actor.num_mini_batches} equal mini-batches")
-  mini = rows // c.actor.num_mini_batches
-  for section in ("actor", "critic") if c.algorithm.use_critic else ("actor",):
-    per_device = c[section].micro_batch_size_per_device
-    if not isinstance(per_device, int) or per_device < 1 or mini % (per_device * devices):
-      raise ValueError(
-          f"{section}.micro_batch_size_per_device = {per_device} on {devices} batch devices (mesh.data * "
-          f"mesh.fsdp) makes micro-batches of {per_device} x {devices} rows, which must divide the mini-batch of "
-          f"{mini} rows (trainer.batch_size * rollout.n_samples / actor.num_mini_batches)")
-
-
-def micro_batches(c: config_dict.ConfigDict, section: str, rows: int, device_count: int) -> int:
-  """How many micro-batches of `section`'s size (`actor` or `critic`) `rows` rows make."""
-  return rows // (c[section].micro_batch_size_per_device * batch_devices(c, device_count))
 
 
 def loss_agg_horizon(c: config_dict.ConfigDict) -> int:
