@@ -1,13 +1,12 @@
 """Attacks on the python tool's sandbox (`tools/sandbox.py`): each must fail and leave the host unchanged.
 
-Every attack runs twice: as root (the tool as CI runs it) and as an unprivileged user in a user namespace (a
-throwaway uid, through `setpriv`, driving the same `sandbox.run_isolated` with the system interpreter; the
-venv's interpreter may live where that uid cannot read). A half that cannot run here is skipped with its reason.
+Every attack runs twice: as root (the tool as CI runs it) and as an unprivileged user in a user namespace (see
+`sandbox_harness`). A half that cannot run here is skipped with its reason. The attacks on the snippet-wide
+bounds (memory, processes, nested namespaces) are in test_sandbox_bounds.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import shutil
@@ -23,92 +22,10 @@ import uuid
 import pytest
 
 from agent_r1_jax.tools import PythonTool, sandbox
-
-THROWAWAY_UID = 61_234  # no passwd entry: a user that owns nothing on this host
-SYSTEM_PYTHON = "/usr/bin/python3"
-LIMITS = sandbox.Limits(memory_mb=256, cpu_s=10, file_size_bytes=1 << 20, open_files=64, processes=16, disk_mb=8)
-TIMEOUT_S = 8.0
-SECRET_ENV = "AGENT_R1_TRAINER_SECRET"
-
-# Runs as the throwaway user: reads {code, limits, timeout_s} as JSON on stdin, runs the code in a sandbox with
-# the system interpreter, prints {status, timed_out, stdout, stderr}.
-_DRIVER = """
-import dataclasses, json, sys, tempfile
-sys.path.insert(0, sys.argv[1])
-import sandbox
-request = json.load(sys.stdin)
-with tempfile.TemporaryDirectory() as work, open(work + "/out", "w+b") as out, open(work + "/err", "w+b") as err:
-  import os
-  os.mkdir(work + "/stage")
-  status, timed_out = sandbox.run_isolated(request["code"], work + "/stage", sandbox.Limits(**request["limits"]),
-                                           timeout_s=request["timeout_s"], stdout=out, stderr=err,
-                                           python=sys.executable)
-  out.seek(0); err.seek(0)
-  print(json.dumps({"status": status, "timed_out": timed_out, "stdout": out.read().decode("utf-8", "replace"),
-                    "stderr": err.read().decode("utf-8", "replace")}))
-"""
-
-
-def _run_here(code: str) -> dict:
-  with tempfile.TemporaryDirectory() as work, open(f"{work}/out", "w+b") as out, open(f"{work}/err", "w+b") as err:
-    os.mkdir(f"{work}/stage")
-    status, timed_out = sandbox.run_isolated(code, f"{work}/stage", LIMITS, timeout_s=TIMEOUT_S, stdout=out,
-                                             stderr=err)
-    out.seek(0)
-    err.seek(0)
-    return {"status": status, "timed_out": timed_out, "stdout": out.read().decode(), "stderr": err.read().decode()}
-
-
-def _user_runner(driver_dir: pathlib.Path):
-  def run(code: str) -> dict:
-    request = json.dumps({"code": code, "limits": LIMITS.__dict__, "timeout_s": TIMEOUT_S})
-    cmd = ["setpriv", f"--reuid={THROWAWAY_UID}", f"--regid={THROWAWAY_UID}", "--clear-groups", SYSTEM_PYTHON,
-           str(driver_dir / "driver.py"), str(driver_dir)]
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", SECRET_ENV: os.environ[SECRET_ENV]}
-    done = subprocess.run(cmd, input=request, capture_output=True, text=True, env=env, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-  return run
-
-
-@pytest.fixture(scope="module", params=["root", "unprivileged"])
-def run(request):
-  """`code -> {status, timed_out, stdout, stderr}` in a sandbox, as root or as an unprivileged user."""
-  os.environ.setdefault(SECRET_ENV, "s3cr3t-" + uuid.uuid4().hex)
-  root = os.geteuid() == 0
-  if request.param == "root":
-    if not root:
-      pytest.skip("not running as root: the root half needs root")
-    sandbox.check_available()
-    yield _run_here
-    return
-  if not root:  # this process is the unprivileged user
-    try:
-      sandbox.check_available()
-    except sandbox.SandboxUnavailable as e:
-      pytest.skip(f"unprivileged user namespaces are off here: {e}")
-    yield _run_here
-    return
-  if not os.path.exists(SYSTEM_PYTHON):
-    pytest.skip(f"{SYSTEM_PYTHON} (an interpreter the throwaway user can run) is not installed")
-  driver_dir = pathlib.Path(tempfile.mkdtemp(prefix="agent_r1_driver_"))  # pytest's tmp is root-only
-  shutil.copy(sandbox.__file__, driver_dir / "sandbox.py")
-  (driver_dir / "driver.py").write_text(textwrap.dedent(_DRIVER))
-  for path in (driver_dir, *driver_dir.iterdir()):
-    path.chmod(0o755)
-  runner = _user_runner(driver_dir)
-  try:
-    probe = runner("print('sandbox ok')")
-    if probe["stdout"].strip() != "sandbox ok":
-      pytest.skip(f"an unprivileged user cannot build the sandbox here (user namespaces off?): "
-                  f"{probe['stderr'][-300:]}")
-    yield runner
-  finally:
-    shutil.rmtree(driver_dir)
-
+from sandbox_harness import LIMITS, SECRET_ENV, SYSTEM_PYTHON, TIMEOUT_S, run  # noqa: F401 (run: a fixture)
 
 @pytest.fixture
-def host_file(tmp_path):
+def host_file():
   """A world-readable file outside any sandbox, in a world-traversable directory."""
   folder = pathlib.Path(tempfile.mkdtemp(prefix="agent_r1_host_"))
   folder.chmod(0o755)
@@ -339,7 +256,7 @@ def test_a_venv_reached_through_a_symlink_still_runs_snippets(tmp_path):
       with tempfile.TemporaryDirectory() as work, open(work + '/out', 'w+b') as out, \\
            open(work + '/err', 'w+b') as err:
         os.mkdir(work + '/stage')
-        status, _ = sandbox.run_isolated("import sys; print('prefix', sys.prefix)", work + '/stage',
+        status, *_ = sandbox.run_isolated("import sys; print('prefix', sys.prefix)", work + '/stage',
                                          sandbox.Limits(), timeout_s=20, stdout=out, stderr=err)
         out.seek(0); err.seek(0)
         print(status, out.read().decode(), err.read().decode()[-500:])

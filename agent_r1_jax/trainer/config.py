@@ -142,9 +142,14 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.tool.server_url = config_dict.placeholder(str)   # http retriever
   c.tool.top_k = 5
   c.tool.timeout_s = 30.0
-  # The `python` tool (tool.tools=("python",)): each snippet in a namespace sandbox ("none": unisolated, unsafe).
+  # The `python` tool (tool.tools=("python",)): each snippet in a namespace sandbox ("none": unisolated, unsafe),
+  # its own cgroup (memory_limit_mb + disk_limit_mb, max_processes, cpus for all its processes together) and a
+  # seccomp filter. cgroup_parent: where snippet cgroups go (relative to the trainer's cgroup, or absolute; an
+  # unprivileged user names a delegated one). accept_missing: comma-separated guarantees ("cgroup", "seccomp") the
+  # tool may run without on a host that cannot give them; otherwise it refuses to start.
   c.tool.python = config_dict.ConfigDict(dict(isolation="namespaces", time_limit_s=5.0, memory_limit_mb=512,
-                                              disk_limit_mb=16, max_processes=32, max_output_chars=4096))
+                                              disk_limit_mb=16, max_processes=32, max_output_chars=4096, cpus=1.0,
+                                              cgroup_parent="", accept_missing=""))
   c.env = config_dict.ConfigDict()
   c.env.max_tool_response_length = 2048         # characters of tool output before chat framing
   c.env.parallel_tool_calls = False
@@ -293,6 +298,7 @@ def _check_registry_fields(c: config_dict.ConfigDict) -> None:
   # loaded (with the config file) before `jax.distributed.initialize`, which must precede any backend.
   from agent_r1_jax.tools import registered_tools  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.tools.python_tool import ISOLATION_MODES  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.tools.sandbox import GUARANTEES  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.tools.wiki_search import RETRIEVER_BACKENDS  # pylint: disable=import-outside-toplevel
   for name, value, choices in (
       ("algorithm.loss_mask", c.algorithm.loss_mask, MASK_CHOICES),
@@ -311,6 +317,8 @@ def _check_registry_fields(c: config_dict.ConfigDict) -> None:
     _check_choice(name, value, choices)
   for tool in c.tool.tools:
     _check_choice("every entry of tool.tools", tool, registered_tools())
+  for guarantee in filter(None, (name.strip() for name in c.tool.python.accept_missing.split(","))):
+    _check_choice("every comma-separated entry of tool.python.accept_missing", guarantee, GUARANTEES)
   if c.data.source == "multihopqa":
     for source in c.data.val_sources:
       _check_choice("every entry of data.val_sources", source, DATA_SOURCES)
