@@ -5,6 +5,8 @@ command line (`--config.rollout.max_turns=3`). Presets:
 
   tiny          the embedded offline default: the synthetic multi-hop world, a small Qwen2-architecture
                 model trained from scratch (supervised warm-up on the scripted expert, then RL); CPU-sized.
+  tiny-mixed    the tiny preset on a world with the paper's question types: one-hop, bridge, 3-hop, 4-hop and
+                comparison questions, namesake entities that retrieval confuses, 5 turns; per-type EM.
   qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b
                 real Qwen2.5-Instruct checkpoints from a local `--config.model.path`, prepared multi-hop QA
                 data, and the paper's hyper-parameters (batch 128 prompts, max 5 turns, 1024 new tokens per
@@ -55,7 +57,7 @@ ALGORITHMS: dict[str, dict] = {
     "rloo": dict(adv_estimator="rloo", use_critic=False, n_samples=5, kl="loss"),
 }
 
-PRESETS = ("tiny", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "smollm2-135m")
+PRESETS = ("tiny", "tiny-mixed", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "smollm2-135m")
 REAL_PRESETS = {"qwen2.5-0.5b": "qwen2_5_0_5b", "qwen2.5-1.5b": "qwen2_5_1_5b", "qwen2.5-3b": "qwen2_5_3b"}
 MASK_CHOICES = ("action", "response")
 TASK_SOURCES = ("synthetic", "multihopqa")

@@ -5,11 +5,19 @@ relations (a film's director, a person's birthplace, a city's country, ...). Eac
 templated passage (1-3 sentences) stating its relations, so every fact a question needs is in the passage of the
 entity it is about, and the entity's name is both the passage title and the natural search query.
 
-Questions follow relation paths from an *anchor* entity named verbatim in the question:
+Questions follow relation paths from an *anchor* entity named verbatim in the question, in the kinds the paper's
+data sets mix (HotpotQA: bridge and comparison; 2WikiMultihopQA: compositional and comparison; MuSiQue: 2-4 hops):
 
+* one_hop (1 hop):         "Who directed {film}?"                          film -> person
 * bridge (2 hops):         "Where was the director of {film} born?"        film -> person -> city
 * compositional (3 hops):  "In which country was the director of {film} born?"  ... -> city -> country
+* four_hop (4 hops):       "In which country is the company that employs the director of {film} headquartered?"
 * comparison (2 entities): "Which film was released earlier, {a} or {b}?"  both films' years
+
+Namesakes (`namesake_rate`): a share of films get a sequel ("{film} II") and of companies a subsidiary ("{company}
+International"), each a full entity with its own facts whose passage names the original in passing. A search
+for the original's name then returns both passages, the namesake's often first (it holds the name twice), as
+real BM25 returns near-duplicate titles: the reader must take the fact from the passage titled exactly as asked.
 
 Each question stores its gold answer, the titles of its supporting passages, and `hops`: the list of
 `(query, relation, value)` steps a perfect searcher takes, which the scripted expert replays. Anchors of each kind
@@ -30,7 +38,10 @@ from agent_r1_jax.data.synthetic import names
 GENERATOR_VERSION = 1
 DATA_SOURCE = "synthetic_multihop"
 SPLITS = ("train", "validation", "test")
-HOP_KINDS = ("bridge", "compositional", "comparison")
+HOP_KINDS = ("one_hop", "bridge", "compositional", "four_hop", "comparison")
+# The per-type columns of an evaluation (the paper's per-data-set columns in miniature).
+TYPE_LABELS = {"one_hop": "one-hop", "bridge": "bridge", "compositional": "3-hop", "four_hop": "4-hop",
+               "comparison": "comparison"}
 
 # How the expert reads a relation: "the director of X".
 RELATION_PHRASES = {
@@ -51,6 +62,14 @@ RELATION_PHRASES = {
 
 # (anchor kind, question template, relation path)
 _PATH_TEMPLATES = {
+    "one_hop": (
+        ("film", "Who directed {}?", ("director",)),
+        ("film", "When was {} released?", ("release_year",)),
+        ("band", "Who founded {}?", ("founder",)),
+        ("company", "In which city is {} headquartered?", ("headquarters",)),
+        ("person", "Where was {} born?", ("birthplace",)),
+        ("person", "Which university did {} attend?", ("university",)),
+    ),
     "bridge": (
         ("film", "Where was the director of {} born?", ("director", "birthplace")),
         ("film", "Which university did the director of {} attend?", ("director", "university")),
@@ -73,6 +92,18 @@ _PATH_TEMPLATES = {
          ("employer", "headquarters", "country")),
         ("person", "In which country is the university attended by {}?", ("university", "city", "country")),
     ),
+    "four_hop": (
+        ("film", "In which country is the company that employs the director of {} headquartered?",
+         ("director", "employer", "headquarters", "country")),
+        ("film", "In which country is the university attended by the director of {}?",
+         ("director", "university", "city", "country")),
+        ("band", "In which country is the university attended by the founder of {}?",
+         ("founder", "university", "city", "country")),
+        ("company", "In which country is the university attended by the founder of {}?",
+         ("founder", "university", "city", "country")),
+        ("person", "In which country was the founder of the company that {} works for born?",
+         ("employer", "founder", "birthplace", "country")),
+    ),
 }
 # (anchor kind, question template with two slots, year relation, "earlier" or "later")
 _COMPARISON_TEMPLATES = (
@@ -93,8 +124,9 @@ class WorldConfig:
     seed: the only source of randomness; same config -> byte-identical world.
     num_*: entity counts per kind (universities are "University of <city>", so at most `num_cities`).
     num_train, num_validation, num_test: questions per split.
-    hop_mix: fraction of questions of each kind (bridge / compositional / comparison); normalised.
+    hop_mix: fraction of questions of each kind (`HOP_KINDS`); normalised.
     entity_split: fractions of each anchor kind's entities reserved for train / validation / test questions.
+    namesake_rate: fraction of films given a sequel and of companies given a subsidiary (module docstring).
   """
   seed: int = 0
   num_countries: int = 10
@@ -109,6 +141,7 @@ class WorldConfig:
   num_test: int = 200
   hop_mix: tuple[tuple[str, float], ...] = (("bridge", 0.5), ("compositional", 0.3), ("comparison", 0.2))
   entity_split: tuple[float, float, float] = (0.7, 0.15, 0.15)
+  namesake_rate: float = 0.0
 
   @classmethod
   def create(cls, **kwargs) -> "WorldConfig":
@@ -134,6 +167,8 @@ class WorldConfig:
     if set(mix) - set(HOP_KINDS) or any(v < 0 for v in mix.values()) or sum(mix.values()) <= 0:
       raise ValueError(f"hop_mix must map a subset of {HOP_KINDS} to non-negative fractions with a positive "
                        f"sum, got {self.hop_mix}")
+    if not 0.0 <= self.namesake_rate <= 1.0:
+      raise ValueError(f"namesake_rate must be in [0, 1], got {self.namesake_rate}")
     if len(self.entity_split) != 3 or min(self.entity_split) <= 0:
       raise ValueError(f"entity_split must be three positive fractions (train, validation, test), got "
                        f"{self.entity_split}")
@@ -158,7 +193,10 @@ class WorldConfig:
         raise ValueError(f"{field} must be >= 0")
 
   def to_dict(self) -> dict:
-    return {"generator_version": GENERATOR_VERSION, **dataclasses.asdict(self)}
+    out = {"generator_version": GENERATOR_VERSION, **dataclasses.asdict(self)}
+    if not self.namesake_rate:  # worlds without namesakes keep the cache key they had before the option existed
+      del out["namesake_rate"]
+    return out
 
   def cache_key(self) -> str:
     """A short stable hash of every generation parameter (and the generator version)."""
@@ -196,12 +234,14 @@ def passage_text(entity: Entity) -> str:
   if entity.kind == "country":
     return f"{n} is a country. Its capital is {a['capital']}."
   if entity.kind == "film":
-    return f"{n} is a film directed by {a['director']}. It was released in {a['release_year']}."
+    text = f"{n} is a film directed by {a['director']}. It was released in {a['release_year']}."
+    return text + f" It is the sequel to {a['sequel_of']}." if "sequel_of" in a else text
   if entity.kind == "band":
     return f"{n} is a band founded by {a['founder']} in {a['founding_year']}. The band was formed in {a['origin']}."
   if entity.kind == "company":
-    return (f"{n} is a company founded by {a['founder']} in {a['founding_year']}. It is headquartered in "
+    text = (f"{n} is a company founded by {a['founder']} in {a['founding_year']}. It is headquartered in "
             f"{a['headquarters']}.")
+    return text + f" It is a subsidiary of {a['parent']}." if "parent" in a else text
   if entity.kind == "university":
     return f"{n} is a university in {a['city']}. It was founded in {a['founding_year']}."
   raise ValueError(f"unknown entity kind {entity.kind!r}")
@@ -246,7 +286,25 @@ def _build_entities(config: WorldConfig, rng: random.Random) -> dict[str, list[E
                  for f in films]
   out["band"] = [Entity(b, "band", {"founder": r.choice(people), "founding_year": str(r.randint(1960, 2009)),
                                     "origin": r.choice(cities)}) for b in bands]
+  if config.namesake_rate > 0:
+    _add_namesakes(out, config.namesake_rate, random.Random(f"{config.seed}:namesakes"), people, cities)
   return out
+
+
+def _add_namesakes(out: dict[str, list[Entity]], rate: float, rng: random.Random, people: Sequence[str],
+                   cities: Sequence[str]) -> None:
+  """Adds a sequel to `rate` of the films and a subsidiary to `rate` of the companies (module docstring). Their
+  own draws (a separate generator) leave every other entity of the world as it is without namesakes."""
+  films, companies = list(out["film"]), list(out["company"])
+  for film in rng.sample(films, round(rate * len(films))):
+    year = int(film.attrs["release_year"]) + rng.randint(2, 9)
+    out["film"].append(Entity(f"{film.name} II", "film", {"director": rng.choice(people),
+                                                          "release_year": str(year), "sequel_of": film.name}))
+  for company in rng.sample(companies, round(rate * len(companies))):
+    year = int(company.attrs["founding_year"]) + rng.randint(5, 40)
+    out["company"].append(Entity(f"{company.name} International", "company", {
+        "founder": rng.choice(people), "founding_year": str(year), "headquarters": rng.choice(cities),
+        "parent": company.name}))
 
 
 def _path_question(entities: dict[str, Entity], anchor: str, template: str,
