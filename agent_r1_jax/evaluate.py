@@ -26,7 +26,8 @@ from ml_collections import config_flags
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Task/model config file (e.g. configs/grpo_multihopqa.py:tiny); default: the workdir's "
     "config.json, or the tiny preset for --hf_checkpoint.", lock_config=False)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Training run directory (config.json + checkpoints/).")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Training run directory (config.json + checkpoints/), local or "
+                                "gs://bucket/dir.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step of --workdir to evaluate (default: the latest).")
 _HF = flags.DEFINE_string("hf_checkpoint", None, "Hugging Face checkpoint directory to evaluate instead.")
 _BASE_HF = flags.DEFINE_string(
@@ -36,7 +37,7 @@ _METHODS = flags.DEFINE_list("methods", ["agent", "base_tool_call", "naive_rag",
                              "Methods to run (agent, base_tool_call, naive_rag, no_retrieval).")
 _DATASETS = flags.DEFINE_list("datasets", [], "Evaluation sets (hotpotqa, 2wikimultihopqa, musique; synthetic and "
                               "one_hop for the synthetic world); default: every set the task has.")
-_OUT_DIR = flags.DEFINE_string("out_dir", None, "Where the outputs go.")
+_OUT_DIR = flags.DEFINE_string("out_dir", None, "Where the outputs go (a local or gs:// directory).")
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 0, "Examples per dataset (0 = all).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 0, "Prompts per rollout (0 = config trainer.eval_batch_size).")
 _SAMPLES = flags.DEFINE_integer("samples_per_dataset", 5, "Episodes per method x dataset on the HTML page.")

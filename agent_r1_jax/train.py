@@ -5,7 +5,8 @@
 
 Writes `DIR/metrics.jsonl` (one JSON object per step), TensorBoard events, checkpoints under
 `DIR/checkpoints/` (rerunning with the same DIR resumes; SIGTERM saves and exits), `DIR/summary.json`,
-`DIR/curves.png` and the final policy as a Hugging Face checkpoint in `DIR/hf_export/`.
+`DIR/curves.png` and the final policy as a Hugging Face checkpoint in `DIR/hf_export/`. DIR may be a Cloud Storage
+directory (`gs://bucket/run`, the machine's Google credentials; agent_r1_jax/workdir.py).
 `--config.dry_run=True` compiles every program of one step at the configured shapes (no weights) and prints
 each one's per-device memory and cost beside the analytic plan, and whether the run fits
 `--config.dry_run_memory_gb`; with `--config.dry_run_topology=v5e:2x4` (libtpu) XLA:TPU compiles them for that
@@ -24,7 +25,8 @@ from ml_collections import config_flags
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Training config file, e.g. configs/grpo_multihopqa.py or configs/ppo_multihopqa.py:qwen2.5-3b.",
     lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (metrics, checkpoints, exports). Reused = resumed.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (metrics, checkpoints, exports), local or "
+                                "gs://bucket/dir. Reused = resumed.")
 
 
 def main(argv: list[str]) -> None:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import pathlib
 
+from etils import epath
+
 from agent_r1_jax import trainer
+from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.evaluation import datasets as datasets_lib
 from agent_r1_jax.evaluation import methods as methods_lib
 from agent_r1_jax.evaluation import report, runner
@@ -32,10 +35,11 @@ def task_config(config, workdir: str | None, hf_checkpoint: str | None):
 
 def run(*, workdir: str | None, hf_checkpoint: str | None, base_hf_checkpoint: str | None, step: int | None,
         methods: list[str], datasets: list[str], out_dir: str | None, num_examples: int, batch_size: int,
-        samples_per_dataset: int, seed: int, config=None) -> dict[str, pathlib.Path]:
+        samples_per_dataset: int, seed: int, config=None) -> dict[str, epath.Path]:
   """The CLI's work as a function (tests call it); returns the written files.
 
-  `config` is the `--config` ConfigDict (None: the workdir's config.json, or the tiny preset).
+  `config` is the `--config` ConfigDict (None: the workdir's config.json, or the tiny preset). `workdir` and
+  `out_dir` may be local or in a bucket (`gs://`).
   """
   if bool(workdir) == bool(hf_checkpoint):
     raise ValueError("give exactly one of --workdir (a training run) or --hf_checkpoint (a Hugging Face directory)")
@@ -56,7 +60,8 @@ def run(*, workdir: str | None, hf_checkpoint: str | None, base_hf_checkpoint: s
   result = runner.evaluate_methods(task, c, policy, base, [m.name for m in chosen], sets,
                                    num_examples=num_examples or None,
                                    batch_size=batch_size or c.trainer.eval_batch_size, seed=seed)
-  out = pathlib.Path(out_dir) if out_dir else (pathlib.Path(workdir) / "eval" if workdir else pathlib.Path("eval"))
+  out = workdir_lib.workdir_path(out_dir) if out_dir else (workdir_lib.workdir_path(workdir) / "eval" if workdir
+                                                            else workdir_lib.workdir_path("eval"))
   settings = {"greedy": True, "num_examples": num_examples or None, "reward_style": c.algorithm.reward_style,
               "data_source": c.data.source, "max_turns": c.rollout.max_turns,
               "max_new_tokens_per_turn": c.rollout.max_new_tokens_per_turn, "top_k": c.tool.top_k}

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from flax import nnx
 from ml_collections import config_dict
 
+from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.models import Qwen2Config, load_hf_checkpoint
 from agent_r1_jax.rollout import RolloutConfig
 from agent_r1_jax.trainer import (IncompatibleCheckpointError, build_sampler, checkpoint_steps, model_config,
@@ -68,13 +69,16 @@ def workdir_policy(workdir: str | pathlib.Path, c: config_dict.ConfigDict, token
   """The trained actor of a workdir (latest checkpoint unless `step`)."""
   arch = model_config(c, vocab_size=len(tokenizer))
   graphdef, params, step = restore_actor(workdir, c, arch, mesh, step)
-  return Policy(name=f"{pathlib.Path(workdir)} step {step}", graphdef=graphdef, params=params, arch=arch,
+  return Policy(name=f"{workdir_lib.workdir_path(workdir)} step {step}", graphdef=graphdef, params=params, arch=arch,
                 make_sampler=samplers.factory(graphdef))
 
 
 def hf_policy(path: str | pathlib.Path, c: config_dict.ConfigDict, tokenizer: Any, mesh: Any,
               samplers: SamplerCache) -> Policy:
   """A Hugging Face checkpoint directory; its vocabulary must cover the task's tokenizer (checked first)."""
+  if workdir_lib.is_remote(path):
+    raise ValueError(f"Hugging Face checkpoint directory {path} is in a bucket: copy it to a local directory "
+                     f"(gcloud storage cp -r {path} DIR) and pass that")
   if not pathlib.Path(path).is_dir():
     raise ValueError(f"Hugging Face checkpoint directory {path} not found")
   arch = Qwen2Config.from_pretrained_dir(path)

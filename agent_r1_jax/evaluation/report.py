@@ -15,9 +15,12 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
-import pathlib
+import os
 from typing import Any, Mapping, Sequence
 
+from etils import epath
+
+from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.evaluation.methods import METHODS
 from agent_r1_jax.rollout import EpisodeStop
 from agent_r1_jax.rollout.evaluation import ACTION, OBSERVATION, EpisodeRecord
@@ -139,12 +142,13 @@ def trajectories_html(records: Mapping[str, Mapping[str, Sequence[EpisodeRecord]
           + _CSS + "</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
-def write_outputs(out_dir: str | pathlib.Path, summaries: Summaries,
+def write_outputs(out_dir: str | os.PathLike, summaries: Summaries,
                   records: Mapping[str, Mapping[str, Sequence[EpisodeRecord]]], *, policy: str,
                   base_policy: str | None, settings: Mapping[str, Any], samples_per_dataset: int
-                  ) -> dict[str, pathlib.Path]:
-  """Writes table.md, results.json, trajectories.html and records.jsonl; returns their paths."""
-  out = pathlib.Path(out_dir)
+                  ) -> dict[str, epath.Path]:
+  """Writes table.md, results.json, trajectories.html and records.jsonl into `out_dir` (a local or bucket
+  directory); returns their paths."""
+  out = workdir_lib.workdir_path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
   paths = {"table": out / "table.md", "results": out / "results.json", "html": out / "trajectories.html",
            "records": out / "records.jsonl"}
@@ -153,7 +157,7 @@ def write_outputs(out_dir: str | pathlib.Path, summaries: Summaries,
                                                       settings=settings), indent=2) + "\n", encoding="utf-8")
   paths["html"].write_text(trajectories_html(records, title=f"Sample trajectories: {policy}",
                                              per_dataset=samples_per_dataset), encoding="utf-8")
-  with open(paths["records"], "w", encoding="utf-8") as f:
+  with paths["records"].open("w", encoding="utf-8") as f:
     for method, per in records.items():
       for recs in per.values():
         for r in recs:

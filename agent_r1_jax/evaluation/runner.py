@@ -7,12 +7,12 @@
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 from typing import Any, Mapping, Sequence
 
 import jax
 from ml_collections import config_dict
 
+from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.evaluation import methods as methods_lib
 from agent_r1_jax.evaluation.policy import Policy, SamplerCache, checkpoint_steps, hf_policy, workdir_policy
 from agent_r1_jax.rollout import evaluation
@@ -103,6 +103,6 @@ def build_policies(c: config_dict.ConfigDict, tokenizer: Any, mesh: Any, *, work
     return policy, hf_policy(c.model.path, c, tokenizer, mesh, samplers)
   steps = checkpoint_steps(workdir)
   if 0 not in steps:
-    raise ValueError(f"{pathlib.Path(workdir)} has no step-0 checkpoint (the policy before RL) and its config has no "
+    raise ValueError(f"{workdir_lib.workdir_path(workdir)} has no step-0 checkpoint (the policy before RL) and its config has no "
                      f"model.path; pass --base_hf_checkpoint for base_tool_call, or leave that method out")
   return policy, workdir_policy(workdir, c, tokenizer, mesh, samplers, 0)

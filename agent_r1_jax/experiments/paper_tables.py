@@ -21,7 +21,8 @@ Retrieval. Writes, in DIR:
                           EM on the same data sets, and the held-out EM of every row
 
 A finished run (its `summary.json`) or evaluation (its `results.json`) is reused, so an interrupted table
-resumes where it stopped (an unfinished run resumes from its last checkpoint).
+resumes where it stopped (an unfinished run resumes from its last checkpoint). DIR may be a Cloud Storage
+directory (`gs://bucket/tables`), like any run's workdir.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import pathlib
+import os
 import sys
 import time
 from typing import Any, Mapping, Sequence
@@ -37,10 +38,12 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 from absl import app, flags
+from etils import epath
 from ml_collections import config_dict, config_flags
 from tqdm import tqdm
 
 from agent_r1_jax import paths, trainer
+from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.evaluation import pipeline
 from agent_r1_jax.evaluation.report import DATASET_LABELS
 
@@ -112,14 +115,14 @@ def params_sha256(tree: Any) -> str:
   return digest.hexdigest()
 
 
-def step0_sha256(workdir: pathlib.Path) -> str:
+def step0_sha256(workdir: epath.Path) -> str:
   """The hash of the actor in `workdir`'s step-0 checkpoint (the policy RL started from)."""
   c = trainer.read_workdir_config(workdir)
   arch = trainer.model_config(c, vocab_size=len(trainer.build_task(c).tokenizer))
   return params_sha256(trainer.restore_actor(workdir, c, arch, trainer.build_mesh(c), step=0)[1])
 
 
-def train_once(c: config_dict.ConfigDict, workdir: pathlib.Path) -> dict[str, Any]:
+def train_once(c: config_dict.ConfigDict, workdir: epath.Path) -> dict[str, Any]:
   """Trains `c` in `workdir` unless it finished there before; returns its wall time and whether it was reused."""
   if (workdir / "summary.json").is_file():
     return {"reused": True}
@@ -130,7 +133,7 @@ def train_once(c: config_dict.ConfigDict, workdir: pathlib.Path) -> dict[str, An
   return {"reused": False, "train_seconds": time.perf_counter() - t0}
 
 
-def evaluate_once(workdir: pathlib.Path, out_dir: pathlib.Path, methods: list[str],
+def evaluate_once(workdir: epath.Path, out_dir: epath.Path, methods: list[str],
                   num_examples: int) -> dict[str, Any]:
   """`workdir`'s latest policy evaluated with `methods` (`evaluation.pipeline.run`, what `agent_r1_jax.evaluate`
   runs) into `out_dir`, unless it holds that evaluation already; returns its {method: {dataset: summary}}."""
@@ -174,7 +177,7 @@ def tables(results: Mapping[str, Any], specs: Sequence[RunSpec]) -> tuple[str, s
   return markdown_table(table3), (markdown_table(table4) if table4 else "")
 
 
-def plot_em_curves(results: Mapping[str, Any], workdir: pathlib.Path, specs: Sequence[RunSpec]) -> pathlib.Path:
+def plot_em_curves(results: Mapping[str, Any], workdir: epath.Path, specs: Sequence[RunSpec]) -> epath.Path:
   """`em_curves.png`: each run's validation EM per RL step beside the shared warm-up policy's held-out EM, and
   every row's held-out EM (mean over the data sets)."""
   import matplotlib  # pylint: disable=import-outside-toplevel
@@ -203,7 +206,8 @@ def plot_em_curves(results: Mapping[str, Any], workdir: pathlib.Path, specs: Seq
   bars.set(xlabel="held-out EM (greedy, mean over data sets)", xlim=(0.0, 1.0), title="final policies")
   fig.tight_layout()
   out = workdir / "em_curves.png"
-  fig.savefig(out, dpi=110)
+  with out.open("wb") as f:  # a file object: matplotlib cannot name a bucket path
+    fig.savefig(f, format="png", dpi=110)
   plt.close(fig)
   return out
 
@@ -213,14 +217,14 @@ def _validation_em(row: Mapping[str, Any]) -> dict[str, float]:
   return {k.split("/")[1]: v for k, v in row.items() if k.startswith("eval/") and k.endswith("/em")}
 
 
-def run_tables(workdir: str | pathlib.Path, *, preset: str, overrides: Mapping[str, Any],
+def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[str, Any],
                run_names: Sequence[str] = (), num_examples: int = 200, progress: bool = True) -> dict[str, Any]:
   """Warm-up, runs, evaluations and tables (see the module docstring); returns what results.json holds."""
   unknown = sorted(set(run_names) - {s.name for s in RUNS})
   if unknown:
     raise ValueError(f"unknown run(s) {unknown} in --runs; choose from {[s.name for s in RUNS]}")
   specs = [s for s in RUNS if not run_names or s.name in run_names]
-  root = pathlib.Path(workdir)
+  root = workdir_lib.workdir_path(workdir)
   previous = json.loads((root / "results.json").read_text()) if (root / "results.json").is_file() else {}
   t0 = time.perf_counter()
   warm_dir = root / "warmup"
@@ -268,7 +272,7 @@ def main(argv: list[str]) -> None:
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  print((pathlib.Path(_WORKDIR.value) / "table3.md").read_text())
+  print((workdir_lib.workdir_path(_WORKDIR.value) / "table3.md").read_text())
 
 
 if __name__ == "__main__":

@@ -6,11 +6,14 @@ the checkpoint's `state` item is restored partially (orbax `PyTreeRestore(partia
 shapes and shardings of the architecture the config describes, so optimizer moments, critic and reference
 weights are never loaded. Before anything is read the checkpoint's parameter shapes are compared with that
 architecture, and a mismatch raises one `IncompatibleCheckpointError` naming the config fields that differ.
+A workdir may be local or in Cloud Storage (`gs://bucket/run`, `agent_r1_jax.workdir`); a Hugging Face directory
+must be local.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 from typing import Any
 
@@ -18,6 +21,7 @@ import jax
 from flax import nnx
 from ml_collections import config_dict
 
+from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.models import Qwen2Config, load_hf_checkpoint
 from agent_r1_jax.trainer import build
 from agent_r1_jax.trainer.checkpointing import IncompatibleCheckpointError
@@ -29,21 +33,26 @@ _ARCH_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_la
 _MATH_FIELDS = _ARCH_FIELDS + ("rms_norm_eps", "rope_theta", "attention_bias")
 
 
-def read_workdir_config(workdir: str | pathlib.Path) -> config_dict.ConfigDict:
+def read_workdir_config(workdir: str | os.PathLike) -> config_dict.ConfigDict:
   """The run's config as the trainer wrote it to `workdir/config.json`."""
-  path = pathlib.Path(workdir) / "config.json"
+  path = workdir_lib.workdir_path(workdir) / "config.json"
   if not path.is_file():
     raise ValueError(f"{path} not found: --workdir must be a directory written by `python -m agent_r1_jax.train` "
                      f"(it holds config.json and checkpoints/); for a Hugging Face directory use --hf_checkpoint")
   return config_dict.ConfigDict(json.loads(path.read_text()))
 
 
-def checkpoint_steps(workdir: str | pathlib.Path) -> list[int]:
-  """Finished checkpoint steps under `workdir/checkpoints`, ascending (orbax writes `<step>/` when complete)."""
-  root = pathlib.Path(workdir) / "checkpoints"
+def checkpoint_steps(workdir: str | os.PathLike) -> list[int]:
+  """Finished checkpoint steps under `workdir/checkpoints`, ascending. Orbax finalizes a local `<step>/` by
+  renaming its temporary directory, a bucket's by writing `commit_success.txt` into it last; a step that was
+  being written when the run died is left out either way."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
+  root = workdir_lib.workdir_path(workdir) / "checkpoints"
   if not root.is_dir():
     return []
-  return sorted(int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit() and (p / "state").is_dir())
+  return sorted(int(p.name) for p in root.iterdir()
+                if p.name.isdigit() and (p / "state").is_dir() and ocp.utils.is_checkpoint_finalized(p))
 
 
 def _key_name(entry: Any) -> str:
@@ -66,7 +75,7 @@ def _flat_shapes(tree: Any) -> dict[str, tuple[int, ...]]:
   return out
 
 
-def _check_shapes(saved: Any, target: Any, where: pathlib.Path, c: config_dict.ConfigDict,
+def _check_shapes(saved: Any, target: Any, where: os.PathLike, c: config_dict.ConfigDict,
                   arch: Qwen2Config) -> None:
   """Raises IncompatibleCheckpointError when the saved actor's parameter shapes differ from `target`'s."""
   have, want = _flat_shapes(saved), _flat_shapes(target)
@@ -85,7 +94,7 @@ def _check_shapes(saved: Any, target: Any, where: pathlib.Path, c: config_dict.C
       f"or fix the --config.model.* fields{' / model.path' if c.model.path else ''}")
 
 
-def restore_actor(workdir: str | pathlib.Path, c: config_dict.ConfigDict, arch: Qwen2Config, mesh: Any,
+def restore_actor(workdir: str | os.PathLike, c: config_dict.ConfigDict, arch: Qwen2Config, mesh: Any,
                   step: int | None = None) -> tuple[Any, nnx.State, int]:
   """The actor parameters of checkpoint `step` (default: the latest) of a training workdir.
 
@@ -97,15 +106,14 @@ def restore_actor(workdir: str | pathlib.Path, c: config_dict.ConfigDict, arch: 
   """
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
 
+  root = workdir_lib.absolute(workdir) / "checkpoints"
   steps = checkpoint_steps(workdir)
   if not steps:
-    raise ValueError(f"no checkpoint under {pathlib.Path(workdir) / 'checkpoints'}; train first or pass "
-                     f"--hf_checkpoint")
+    raise ValueError(f"no checkpoint under {root}; train first or pass --hf_checkpoint")
   step = steps[-1] if step is None else int(step)
   if step not in steps:
-    raise ValueError(f"checkpoint step {step} not found under {pathlib.Path(workdir) / 'checkpoints'}; "
-                     f"available steps: {steps}")
-  path = (pathlib.Path(workdir) / "checkpoints" / str(step) / "state").resolve()
+    raise ValueError(f"checkpoint step {step} not found under {root}; available steps: {steps}")
+  path = root / str(step) / "state"
   graphdef, target = build.abstract_params(c, arch, mesh, head="lm")
   saved = ocp.PyTreeCheckpointHandler().metadata(path).tree  # shapes and dtypes only, nothing is read
   if "actor" not in saved:
@@ -119,7 +127,7 @@ def restore_actor(workdir: str | pathlib.Path, c: config_dict.ConfigDict, arch: 
   return graphdef, restored["actor"], step
 
 
-def load_initial_actor(source: str | pathlib.Path, c: config_dict.ConfigDict, arch: Qwen2Config,
+def load_initial_actor(source: str | os.PathLike, c: config_dict.ConfigDict, arch: Qwen2Config,
                        mesh: Any) -> nnx.State:
   """The starting policy `--config.init_from=source` names, on this run's shardings.
 
@@ -132,7 +140,7 @@ def load_initial_actor(source: str | pathlib.Path, c: config_dict.ConfigDict, ar
     ValueError: `source` is neither, or a workdir without its step-0 checkpoint;
     IncompatibleCheckpointError: the source's parameter shapes do not fit `arch`.
   """
-  path = pathlib.Path(source).expanduser()
+  path = workdir_lib.workdir_path(source if workdir_lib.is_remote(source) else pathlib.Path(source).expanduser())
   if (path / "checkpoints").is_dir():
     steps = checkpoint_steps(path)
     if 0 not in steps:
@@ -144,6 +152,9 @@ def load_initial_actor(source: str | pathlib.Path, c: config_dict.ConfigDict, ar
     except IncompatibleCheckpointError as e:
       raise IncompatibleCheckpointError(f"init_from={source}: {e}") from None
   if (path / "config.json").is_file() and any(path.glob("*.safetensors*")):
+    if workdir_lib.is_remote(path):
+      raise ValueError(f"init_from={source} is a Hugging Face directory in a bucket: copy it to a local directory "
+                       f"(gcloud storage cp -r {source} DIR) and pass that")
     saved = Qwen2Config.from_pretrained_dir(path)
     differ = [f"{k}: {getattr(saved, k)} there, {getattr(arch, k)} here" for k in _MATH_FIELDS
               if getattr(saved, k) != getattr(arch, k)]

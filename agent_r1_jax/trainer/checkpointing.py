@@ -14,13 +14,15 @@ SIGTERM into a save after the current step.
 
 from __future__ import annotations
 
-import pathlib
+import os
 import signal
 from typing import Any, Mapping
 
 import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy
+
+from agent_r1_jax import workdir as workdir_lib
 
 
 class IncompatibleCheckpointError(ValueError):
@@ -35,9 +37,9 @@ class Checkpointer:
   tables read back after the run.
   """
 
-  def __init__(self, directory: str | pathlib.Path, *, max_to_keep: int = 3, async_save: bool = True,
+  def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3, async_save: bool = True,
                keep_steps: tuple[int, ...] = (0,)):
-    self.directory = pathlib.Path(directory).resolve()
+    self.directory = workdir_lib.absolute(directory)  # a local path resolved, or gs://bucket/dir as given
     keep = preservation_policy.AnyPreservationPolicy(
         [preservation_policy.LatestN(max_to_keep), preservation_policy.CustomSteps(list(keep_steps))])
     options = ocp.CheckpointManagerOptions(preservation_policy=keep, enable_async_checkpointing=async_save,

@@ -3,16 +3,24 @@
 Every value written is a plain Python float or int (device arrays are fetched once, here), so the JSONL file
 is readable by anything and two runs can be compared line by line. Non-finite floats are written as JSON
 `null` rather than the non-standard `NaN` token.
+
+In a Cloud Storage workdir (`gs://`) both files are written to a local mirror (`workdir.LocalMirror`: an object
+cannot be appended to, and tensorboardX's own gs:// writer needs google-cloud-storage credentials of its own) and
+uploaded by `sync()`: at most every `sync_every_s` seconds from `write`, whenever the trainer saves a checkpoint
+(so a resumed run finds every row up to its checkpoint), and on `close()`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import pathlib
+import os
+import time
 from typing import Any, Mapping
 
 import numpy as np
+
+from agent_r1_jax import workdir as workdir_lib
 
 
 def to_python_scalars(metrics: Mapping[str, Any]) -> dict[str, float | int | str | None]:
@@ -40,21 +48,25 @@ class MetricsWriter:
   after logging but before checkpointing does not leave duplicate or orphaned lines.
   """
 
-  def __init__(self, workdir: str | pathlib.Path, *, start_step: int = 0, tensorboard: bool = True,
-               enabled: bool = True):
-    """`enabled=False` (every process but the first of a multi-host run) converts metrics, writes nothing."""
-    self._path = pathlib.Path(workdir) / "metrics.jsonl"
+  def __init__(self, workdir: str | os.PathLike, *, start_step: int = 0, tensorboard: bool = True,
+               enabled: bool = True, sync_every_s: float = 60.0):
+    """`enabled=False` (every process but the first of a multi-host run) converts metrics, writes nothing.
+    `sync_every_s`: the most seconds a bucket workdir's copy lags behind the local mirror between checkpoints."""
+    self._mirror = None
     self._file = None
     self._tb = None
+    self._sync_every_s = sync_every_s
+    self._last_sync = time.monotonic()
     if not enabled:
       return
-    self._path.parent.mkdir(parents=True, exist_ok=True)
+    self._mirror = workdir_lib.LocalMirror(workdir, fetch=("metrics.jsonl",))
+    self._path = self._mirror.local / "metrics.jsonl"
     self._truncate_from(start_step)
     self._file = self._path.open("a", encoding="utf-8")
     if tensorboard:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
 
-      self._tb = SummaryWriter(str(pathlib.Path(workdir) / "tensorboard"))
+      self._tb = SummaryWriter(str(self._mirror.local / "tensorboard"))
 
   def _truncate_from(self, start_step: int) -> None:
     if not self._path.exists():
@@ -76,18 +88,33 @@ class MetricsWriter:
       for key, value in row.items():
         if key != "step" and isinstance(value, (int, float)):
           self._tb.add_scalar(key, value, global_step=step)
+    if self._mirror.remote and time.monotonic() - self._last_sync >= self._sync_every_s:
+      self.sync()
     return row
+
+  def sync(self) -> None:
+    """Flushes both files and, in a bucket workdir, uploads what changed (a flush only for a local one)."""
+    if self._file is None:
+      return
+    self._file.flush()
+    if self._tb is not None:
+      self._tb.flush()
+    self._mirror.sync()
+    self._last_sync = time.monotonic()
 
   def close(self) -> None:
     if self._file is not None:
       self._file.close()
     if self._tb is not None:
       self._tb.close()
+    if self._mirror is not None:
+      self._mirror.close()
+    self._file = self._tb = self._mirror = None
 
 
-def read_metrics(workdir: str | pathlib.Path) -> list[dict[str, Any]]:
-  """Reads back `<workdir>/metrics.jsonl` as a list of dicts (in step order)."""
-  path = pathlib.Path(workdir) / "metrics.jsonl"
+def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:
+  """Reads back `<workdir>/metrics.jsonl` (a local or bucket workdir) as a list of dicts (in step order)."""
+  path = workdir_lib.workdir_path(workdir) / "metrics.jsonl"
   if not path.exists():
     return []
   return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import pathlib
+import os
 from typing import Any, Mapping, Sequence
 
+from etils import epath
+
+from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.trainer.metrics import read_metrics
 from agent_r1_jax.trainer.sft import COPY_DRILL
 
@@ -79,14 +82,14 @@ def summary_table(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> s
   return "\n".join(lines)
 
 
-def write_samples(path: pathlib.Path, records: Sequence[Any]) -> None:
-  """One JSON object per scored trajectory (prompt, response, scores), for inspection."""
-  with open(path, "w", encoding="utf-8") as f:
+def write_samples(path: str | os.PathLike, records: Sequence[Any]) -> None:
+  """One JSON object per scored trajectory (prompt, response, scores), for inspection (a local or bucket path)."""
+  with workdir_lib.workdir_path(path).open("w", encoding="utf-8") as f:
     for r in records:
       f.write(json.dumps(dataclasses.asdict(r), ensure_ascii=False) + "\n")
 
 
-def plot_curves(workdir: pathlib.Path) -> pathlib.Path | None:
+def plot_curves(workdir: str | os.PathLike) -> epath.Path | None:
   """`curves.png`: training reward, EM and format score per step, each evaluation source's EM, and tool calls per
   episode."""
   rows = read_metrics(workdir)
@@ -113,7 +116,7 @@ def plot_curves(workdir: pathlib.Path) -> pathlib.Path | None:
     return keys
 
   plotted = plot_eval(axes[1], "em")
-  summary_path = pathlib.Path(workdir) / "summary.json"
+  summary_path = workdir_lib.workdir_path(workdir) / "summary.json"
   if summary_path.exists():  # the held-out evaluations before RL (step 0) and after the last step
     summary = json.loads(summary_path.read_text())
     for source in sorted(summary.get("after_rl", {})):
@@ -135,7 +138,8 @@ def plot_curves(workdir: pathlib.Path) -> pathlib.Path | None:
   axes[2].set_title("tool use")
   axes[2].legend()
   fig.tight_layout()
-  out = pathlib.Path(workdir) / "curves.png"
-  fig.savefig(out, dpi=110)
+  out = workdir_lib.workdir_path(workdir) / "curves.png"
+  with out.open("wb") as f:  # a file object: matplotlib cannot name a bucket path
+    fig.savefig(f, format="png", dpi=110)
   plt.close(fig)
   return out
