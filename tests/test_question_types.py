@@ -92,3 +92,31 @@ def test_worlds_without_the_new_options_are_unchanged():
   assert world_lib.WorldConfig(namesake_rate=0.1).cache_key() != world_lib.WorldConfig().cache_key()
   with pytest.raises(ValueError, match="namesake_rate"):
     world_lib.WorldConfig.create(namesake_rate=1.5)
+
+
+def test_evaluation_reports_em_per_question_type():
+  """`summarize` adds EM per type (a hand-counted case), the report a per-type table; records without types
+  (the real data sets) add nothing."""
+  from agent_r1_jax.evaluation import report  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.rollout.evaluation import EpisodeRecord, summarize  # pylint: disable=import-outside-toplevel
+
+  def record(kind, em):
+    from agent_r1_jax.rollout.evaluation import RECORD_METRICS  # pylint: disable=import-outside-toplevel
+    scores = {**{k: 1.0 for k in RECORD_METRICS}, "em": em}
+    return EpisodeRecord(example_id="x", data_source="synthetic_multihop", question="q", answers=["a"], prompt="",
+                         response="", scores=scores, num_turns=1, num_tool_calls=0, num_tool_errors=0,
+                         stop_reason=0, question_type=kind)
+
+  records = ([record("bridge", 1.0)] * 3 + [record("bridge", 0.0)] + [record("four_hop", 0.0)] * 2
+             + [record("comparison", 1.0)])
+  summary = summarize(records)
+  assert summary["em"] == 4 / 7
+  assert {k: v for k, v in summary.items() if k.startswith(("em_", "num_")) and k != "num_examples"} == {
+      "em_bridge": 0.75, "num_bridge": 4.0, "em_comparison": 1.0, "num_comparison": 1.0, "em_four_hop": 0.0,
+      "num_four_hop": 2.0}
+  table = report.type_table({"agent": {"synthetic_multihop": summary}})
+  assert table.splitlines()[0] == "| method | dataset | EM bridge | EM 4-hop | EM comparison |"
+  assert table.splitlines()[2] == "| agent | synthetic_multihop | 0.7500 (4) | 0.0000 (2) | 1.0000 (1) |"
+  untyped = summarize([record("", 1.0)])
+  assert not any(k.startswith("em_") for k in untyped)
+  assert report.type_table({"agent": {"hotpotqa": untyped}}) == ""

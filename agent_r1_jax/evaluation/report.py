@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 from etils import epath
 
 from agent_r1_jax import workdir as workdir_lib
+from agent_r1_jax.data.synthetic.world import TYPE_LABELS
 from agent_r1_jax.evaluation.methods import METHODS
 from agent_r1_jax.rollout import EpisodeStop
 from agent_r1_jax.rollout.evaluation import ACTION, OBSERVATION, EpisodeRecord
@@ -61,12 +62,29 @@ def details_table(summaries: Summaries) -> str:
   return "\n".join(lines)
 
 
+def type_table(summaries: Summaries) -> str:
+  """Markdown: EM per question type (`em_<type>` of the summaries; the mixed world's one-hop, bridge, 3-hop,
+  4-hop and comparison), one row per method x dataset; "" where no summary has types."""
+  kinds = [k for k in TYPE_LABELS if any(f"em_{k}" in s for per in summaries.values() for s in per.values())]
+  if not kinds:
+    return ""
+  lines = ["| method | dataset | " + " | ".join(f"EM {TYPE_LABELS[k]}" for k in kinds) + " |",
+           "|" + "---|" * (len(kinds) + 2)]
+  for method, per_dataset in summaries.items():
+    for dataset, s in per_dataset.items():
+      cells = [f"{s[f'em_{k}']:.4f} ({int(s[f'num_{k}'])})" if f"em_{k}" in s else "-" for k in kinds]
+      lines.append(f"| {method} | {dataset} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
 def markdown_report(summaries: Summaries, *, policy: str, base_policy: str | None) -> str:
   head = [f"## Evaluation of `{policy}` (greedy)", ""]
   if base_policy:
     head += [f"Base Tool Call uses `{base_policy}`.", ""]
-  return "\n".join(head + ["Exact match (EM):", "", table3(summaries), "", "All metrics:", "",
-                           details_table(summaries), ""])
+  by_type = type_table(summaries)
+  types = ["EM per question type (questions):", "", by_type, ""] if by_type else []
+  return "\n".join(head + ["Exact match (EM):", "", table3(summaries), ""] + types
+                   + ["All metrics:", "", details_table(summaries), ""])
 
 
 def results_json(summaries: Summaries, *, policy: str, base_policy: str | None,

@@ -38,6 +38,7 @@ class EpisodeRecord:
   stop_reason: int
   # (kind, text) in response order, kind ACTION (sampled by the policy) or OBSERVATION (written by the env).
   segments: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+  question_type: str = ""  # the example's `type` (bridge, comparison, ...; "" where the data set has none)
 
 
 def response_spans(response_mask: np.ndarray, action_mask: np.ndarray) -> list[tuple[str, int, int]]:
@@ -97,15 +98,20 @@ def evaluate_examples(sampler: Any, params: Any, env: Any, tokenizer: Any, rende
           answers=list(ex["answers"]), prompt=prompt_texts[i], response=batch.response_text[i], scores=scores,
           num_turns=int(batch.num_turns[i]), num_tool_calls=int(batch.num_tool_calls[i]),
           num_tool_errors=int(batch.num_tool_errors[i]), stop_reason=int(batch.stop_reason[i]),
-          segments=response_segments(batch, i, tokenizer)))
+          segments=response_segments(batch, i, tokenizer), question_type=str(ex.get("type") or "")))
   return records
 
 
 def summarize(records: Sequence[EpisodeRecord]) -> dict[str, float]:
-  """Means over records: the scorer's metrics, turns, tool calls per episode and tool-error rate."""
+  """Means over records: the scorer's metrics, turns, tool calls per episode and tool-error rate; where the
+  records carry question types, also `em_<type>` and `num_<type>` per type (the mixed world's per-type EM)."""
   if not records:
     return {}
   out = {k: float(np.mean([float(r.scores[k]) for r in records])) for k in RECORD_METRICS}
+  for kind in sorted({r.question_type for r in records} - {""}):
+    of_kind = [float(r.scores["em"]) for r in records if r.question_type == kind]
+    out[f"em_{kind}"] = float(np.mean(of_kind))
+    out[f"num_{kind}"] = float(len(of_kind))
   calls = sum(r.num_tool_calls for r in records)
   out["turns"] = float(np.mean([r.num_turns for r in records]))
   out["tool_calls"] = calls / len(records)

@@ -288,11 +288,17 @@ class RLTrainer(RolloutStepMixin):
           for source, summary in summaries.items():
             for k in ("em", "substring_acc", "f1", "format", "score", "tool_calls"):
               metrics[f"eval/{source}/{k}"] = summary[k]
+            for k in summary:  # EM per question type, where the data set has types (the mixed world)
+              if k.startswith("em_"):
+                metrics[f"eval/{source}/{k}"] = summary[k]
         row = writer.write(step, metrics)
+        if self.wandb is not None:
+          self.wandb.log(row)
         reporting.update_progress(progress, row)
         saved = step % c.trainer.save_every == 0 or step == c.trainer.total_steps
         if saved:
           self._save(step)
+          writer.sync()  # a bucket workdir holds every metrics row up to the checkpoint a rerun resumes from
         if preemption.requested and step < c.trainer.total_steps:
           if not saved:
             self._save(step, force=True)
