@@ -47,6 +47,7 @@ from agent_r1_jax.trainer.presets import apply_preset
 from agent_r1_jax.trainer.rollout_sizing import (ENGINES, batch_devices, check_engine, prompts_per_wave,  # noqa: F401
                                                    slots_per_device)
 from agent_r1_jax.trainer.sft import parse_stages
+from agent_r1_jax.trainer.wandb_logging import check_logging_fields
 
 ALGORITHMS: dict[str, dict] = {
     "ppo": dict(adv_estimator="gae", use_critic=True, n_samples=1, kl="reward"),
@@ -285,6 +286,16 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # ---- mesh --------------------------------------------------------------------------------------------
   c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
 
+  # ---- logging (metrics.jsonl and TensorBoard are always written; trainer/wandb_logging.py) ----------------
+  c.logging = config_dict.ConfigDict()
+  # Weights & Biases project that receives the run's config, per-step metrics, summary and curves (None or empty:
+  # no W&B). Needs the `wandb` extra: pip install -e ".[wandb]". WANDB_MODE=offline logs to local files.
+  c.logging.wandb_project = config_dict.placeholder(str)
+  c.logging.wandb_entity = config_dict.placeholder(str)    # W&B user or team (None: the login's default entity)
+  c.logging.wandb_run_name = config_dict.placeholder(str)  # W&B display name of the run (None: W&B picks one)
+  # W&B tags: a tuple or list of strings, or one comma-separated string (--config.logging.wandb_tags=grpo,tiny).
+  c.logging.wandb_tags = config_dict.FieldReference((), field_type=object)
+
   apply_preset(c, preset)
   return c
 
@@ -348,6 +359,7 @@ def validate(c: config_dict.ConfigDict) -> None:
     raise ValueError("data.source='multihopqa' needs --config.data.prepared_dir (the output folder of "
                      "`python -m agent_r1_jax.data.prepare_multihopqa`)")
   _check_dry_run_fields(c)
+  check_logging_fields(c)
   if not c.dry_run_topology:  # else the dry run checks the split over the slice's devices (check_topology_mesh)
     check_batch_split(c, batch_devices(c, jax.device_count()), jax.process_count())
     prompts_per_wave(c, jax.device_count(), jax.process_count())

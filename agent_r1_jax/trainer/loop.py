@@ -43,6 +43,7 @@ from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import dry_run as dry_run_lib
 from agent_r1_jax.trainer import reporting, sft as sft_lib, task as task_lib
 from agent_r1_jax.trainer import warmup as warmup_lib
+from agent_r1_jax.trainer import wandb_logging
 from agent_r1_jax.trainer.checkpointing import Checkpointer, Preemption
 from agent_r1_jax.trainer.metrics import MetricsWriter
 from agent_r1_jax.trainer.rollout_step import RolloutStepMixin
@@ -61,6 +62,7 @@ class RLTrainer(RolloutStepMixin):
   (`rollout`, `onpolicy_shortcut`, `prepare_batch`) come from `RolloutStepMixin` (trainer/rollout_step.py)."""
 
   def __init__(self, c: config_dict.ConfigDict, workdir: str | pathlib.Path):
+    wandb_logging.check_installed(c)  # W&B on without its package: one error before anything is prepared or built
     assets.resolve(c)
     config_lib.validate(c)
     self.c = c
@@ -111,6 +113,7 @@ class RLTrainer(RolloutStepMixin):
     self.checkpointer = Checkpointer(self.workdir / "checkpoints", max_to_keep=c.trainer.max_to_keep)
     self.fingerprint = build.fingerprint(c, self.arch)
     self.meta: dict[str, Any] = {}
+    self.wandb: wandb_logging.WandbSink | None = None  # the W&B run while `run()` runs (chief, W&B on)
 
   def _on_mesh(self, tree):
     """Every leaf as a global array on the mesh: leaves without a mesh sharding (optimizer step counts, the
@@ -251,6 +254,8 @@ class RLTrainer(RolloutStepMixin):
   def run(self) -> RunResult:
     c = self.c
     latest = self.checkpointer.latest_step()
+    if self.is_chief and wandb_logging.enabled(c):  # before the warm-up: a W&B login or network error shows now
+      self.wandb = wandb_logging.WandbSink.start(c, self.workdir, resumed=latest is not None)
     if latest is not None:
       self._restore(latest)
       start = latest
@@ -288,9 +293,6 @@ class RLTrainer(RolloutStepMixin):
           for source, summary in summaries.items():
             for k in ("em", "substring_acc", "f1", "format", "score", "tool_calls"):
               metrics[f"eval/{source}/{k}"] = summary[k]
-            for k in summary:  # EM per question type, where the data set has types (the mixed world)
-              if k.startswith("em_"):
-                metrics[f"eval/{source}/{k}"] = summary[k]
         row = writer.write(step, metrics)
         if self.wandb is not None:
           self.wandb.log(row)
@@ -298,7 +300,6 @@ class RLTrainer(RolloutStepMixin):
         saved = step % c.trainer.save_every == 0 or step == c.trainer.total_steps
         if saved:
           self._save(step)
-          writer.sync()  # a bucket workdir holds every metrics row up to the checkpoint a rerun resumes from
         if preemption.requested and step < c.trainer.total_steps:
           if not saved:
             self._save(step, force=True)
@@ -309,6 +310,8 @@ class RLTrainer(RolloutStepMixin):
     self.checkpointer.wait()
     if preempted:
       print(f"SIGTERM: saved step {step} to {self.checkpointer.directory}; rerun with the same --workdir to resume")
+      if self.wandb is not None:
+        self.wandb.preempted()
       self.checkpointer.close()
       return RunResult(step=step, preempted=True, summary={})
     summary = self.finish(final_eval)
@@ -327,7 +330,9 @@ class RLTrainer(RolloutStepMixin):
       (self.workdir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
       reporting.write_samples(self.workdir / "samples.jsonl", records[:50])
       print(reporting.summary_table(summary))
-      reporting.plot_curves(self.workdir)
+      curves = reporting.plot_curves(self.workdir)
+      if self.wandb is not None:
+        self.wandb.finish(summary, curves)
     if c.trainer.export_hf:
       model = nnx.merge(self.actor_graphdef, self.state["actor"])
       save_hf_checkpoint(model, self.workdir / "hf_export")  # collective gathers; process 0 writes
@@ -339,6 +344,8 @@ class RLTrainer(RolloutStepMixin):
 def train(c: config_dict.ConfigDict, workdir: str | pathlib.Path) -> RunResult | dry_run_lib.DryRunReport:
   """Validates the config, then either sizes the run (`dry_run`: plan and compiled memory) or trains: after
   refusing a real preset on the CPU backend (`backend.check_accelerator`) and printing the backend line."""
+  if not c.dry_run:  # a missing W&B package stops the run before assets are prepared (a dry run logs nothing)
+    wandb_logging.check_installed(c)
   assets.resolve(c)
   config_lib.validate(c)
   if c.dry_run:
