@@ -37,6 +37,7 @@ import jax
 from ml_collections import config_dict
 
 from agent_r1_jax import rl
+from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.data.prompts import INSTRUCTION
 from agent_r1_jax.data.sources import DATA_SOURCES
 from agent_r1_jax.rewards import known_data_sources
@@ -343,7 +344,8 @@ def _check_registry_fields(c: config_dict.ConfigDict) -> None:
 def validate(c: config_dict.ConfigDict) -> None:
   """Raises one ValueError naming the field to change; called before anything is built."""
   _check_registry_fields(c)
-  if c.init_from and not pathlib.Path(c.init_from).expanduser().is_dir():
+  if c.init_from and not (workdir_lib.workdir_path(c.init_from).is_dir() if workdir_lib.is_remote(c.init_from)
+                          else pathlib.Path(c.init_from).expanduser().is_dir()):
     raise ValueError(f"init_from={c.init_from} is not a directory: point it at a training run's workdir (its "
                      f"step-0 policy) or a Hugging Face checkpoint directory")
   if not isinstance(c.trainer.total_steps, int) or c.trainer.total_steps < 0:
