@@ -101,7 +101,10 @@ FIELD_NOTES = {
     "data.synthetic.num_train": "Training questions of the generated world.",
     "data.synthetic.num_validation": "Validation questions (evaluated during training).",
     "data.synthetic.num_test": "Held-out test questions (evaluated before and after RL).",
-    "data.synthetic.hop_mix": "Fractions of bridge / compositional / comparison questions (normalised).",
+    "data.synthetic.hop_mix": "Fractions of one_hop / bridge / compositional (3 hops) / four_hop / comparison "
+                              "questions (normalised).",
+    "data.synthetic.namesake_rate": "Share of films given a sequel and of companies given a subsidiary, whose "
+                                    "passages name the original (retrieval returns them for its name).",
     "data.synthetic.num_countries": "Countries of the generated world (each has a capital city).",
     "data.synthetic.num_cities": "Cities of the generated world.",
     "data.synthetic.num_people": "People of the generated world.",

@@ -1,4 +1,5 @@
-"""`experiments.paper_tables` at a micro budget: one warm-up shared by every run, reuse on rerun, parsable tables."""
+"""`experiments.paper_tables` at a micro budget: one warm-up shared by every seed run, statistics recomputed from the
+records, reuse on rerun (a new seed trains alone), parsable tables."""
 
 from __future__ import annotations
 
@@ -25,32 +26,62 @@ MICRO = {
     "sft.stages": "1:2:4", "sft.reading_worlds": 0, "sft.rag_questions": 0, "sft.multi_hop_worlds": 0,
 }
 RUNS = ("grpo", "ppo", "ppo_no_masks")
+SEEDS = 2
 
 
-def _table_rows(text: str) -> dict[str, list[str]]:
-  """{first cell: the other cells} of a markdown table, header and rule dropped."""
+def _table_rows(text: str) -> dict[str, dict[str, str]]:
+  """{first cell: {column header: cell}} of a markdown table."""
   lines = [line for line in text.splitlines() if line.startswith("|")]
   assert len(lines) >= 3 and set(lines[1].replace("|", "")) == {"-"}
   cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
   assert all(len(c) == len(cells[0]) for c in cells)
-  return {c[0]: c[1:] for c in cells[2:]}
+  return {c[0]: dict(zip(cells[0][1:], c[1:])) for c in cells[2:]}
 
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory):
   root = tmp_path_factory.mktemp("tables")
   results = paper_tables.run_tables(root, preset="tiny", overrides=MICRO, run_names=RUNS, num_examples=4,
-                                    progress=False)
+                                    seeds=SEEDS, progress=False)
   return root, results
 
 
-def test_every_run_starts_from_the_one_warm_up(tables):
+def _records_em(path) -> dict[tuple[str, str], float]:
+  out = {}
+  for line in path.read_text().splitlines():
+    r = json.loads(line)
+    if r["method"] == "agent":
+      out[(r["data_source"], r["example_id"])] = r["scores"]["em"]
+  return out
+
+
+def test_every_seed_run_starts_from_the_one_warm_up(tables):
   _, results = tables
   assert set(results["runs"]) == set(RUNS)
-  warm = results["warmup"]["sha256"]
-  assert all(r["start_sha256"] == warm for r in results["runs"].values())
+  warm = results["warmups"][0]["sha256"]
+  for run in results["runs"].values():
+    assert [(r["warmup"], r["seed"]) for r in run["seeds"]] == [(0, 0), (0, 1)]
+    assert all(r["start_sha256"] == warm and r["starts_from_its_warmup"] for r in run["seeds"])
   assert results["runs"]["grpo"]["overrides"] == {} and results["runs"]["ppo_no_masks"]["overrides"] == {
       "algorithm.advantage_mask": "response", "algorithm.loss_mask": "response"}
+
+
+def test_row_statistics_and_paired_differences_match_the_records(tables):
+  """Means over seeds and the paired difference to GRPO recomputed from every seed run's records.jsonl."""
+  root, results = tables
+  per_run = {}
+  for name in RUNS:
+    seeds = [_records_em(root / "eval" / name / f"warmup0_seed{k}" / "records.jsonl") for k in range(SEEDS)]
+    assert all(set(s) == set(seeds[0]) for s in seeds)
+    per_run[name] = sum(sum(s.values()) / len(s) for s in seeds) / SEEDS
+  for name in RUNS:
+    m = results["runs"][name]["metrics"]
+    assert m["avg_em"] == pytest.approx(per_run[name])
+    assert m["paired"]["mean"] == pytest.approx(per_run[name] - per_run["grpo"])
+    assert m["interval"]["low"] <= m["avg_em"] <= m["interval"]["high"]
+    assert len(m["per_seed_avg_em"]) == SEEDS
+  assert results["runs"]["ppo_no_masks"]["table4"]["paired"]["mean"] == pytest.approx(per_run["ppo_no_masks"]
+                                                                                        - per_run["ppo"])
 
 
 def test_tables_parse_with_one_row_per_method(tables):
@@ -59,27 +90,43 @@ def test_tables_parse_with_one_row_per_method(tables):
   assert list(table3) == ["Base Tool Call", "Naive RAG", "No Retrieval", "GRPO", "PPO"]
   table4 = _table_rows((root / "table4.md").read_text())
   assert list(table4) == ["PPO", "PPO w/o advantage and loss masks", "GRPO"]
-  for label, cells in {**table3, **table4}.items():
-    values = [float(c) for c in cells if c != "-"]
-    assert all(0.0 <= v <= 3.0 for v in values), (label, cells)
-  assert table3["GRPO"][2] == f"{results['runs']['grpo']['metrics']['avg_em']:.4f}"
-  assert table3["PPO"][3] == "0.3719" and table4["GRPO"][3] == "0.3877"  # the paper's averages beside ours
+  grpo = results["runs"]["grpo"]["metrics"]
+  assert table3["GRPO"]["EM avg. [95% CI]"] == (f"{grpo['avg_em']:.4f} [{grpo['interval']['low']:.4f}, "
+                                                f"{grpo['interval']['high']:.4f}]")
+  assert table3["GRPO"]["EM bridge"] == f"{grpo['em_type']['bridge']:.4f}"  # the tiny world asks bridge questions
+  assert table3["GRPO"]["vs GRPO [95% CI]"] == "+0.0000 [+0.0000, +0.0000]"
+  assert table3["PPO"]["paper EM avg. (Qwen2.5-3B)"] == "0.3719"
+  assert table4["GRPO"]["paper EM avg. (Qwen2.5-3B)"] == "0.3877" and table4["PPO"]["vs unablated [95% CI]"] == (
+      "+0.0000 [+0.0000, +0.0000]")
+  assert table3["GRPO"]["seeds"] == str(SEEDS)
+  for row in {**table3, **table4}.values():
+    values = [float(c) for k, c in row.items() if k.startswith(("EM ", "substring", "F1")) and " [" not in c
+              and c != "-"]
+    assert all(0.0 <= v <= 1.0 for v in values), row
   assert json.loads((root / "results.json").read_text())["runs"].keys() == set(RUNS)
   assert (root / "em_curves.png").stat().st_size > 10_000
 
 
-def test_a_rerun_reuses_every_finished_run_and_evaluation(tables, monkeypatch):
+def test_a_rerun_reuses_every_finished_run_and_a_new_seed_trains_alone(tables, monkeypatch):
   root, results = tables
 
   def refuse(*args, **kwargs):
     raise AssertionError("a finished run or evaluation was repeated")
 
-  monkeypatch.setattr(trainer, "train", refuse)
-  monkeypatch.setattr(pipeline, "run", refuse)
-  again = paper_tables.run_tables(root, preset="tiny", overrides=MICRO, run_names=RUNS, num_examples=4,
-                                  progress=False)
-  assert all(r["reused"] for r in again["runs"].values()) and again["warmup"]["reused"]
+  with monkeypatch.context() as patch:
+    patch.setattr(trainer, "train", refuse)
+    patch.setattr(pipeline, "run", refuse)
+    again = paper_tables.run_tables(root, preset="tiny", overrides=MICRO, run_names=RUNS, num_examples=4,
+                                    seeds=SEEDS, progress=False)
+  assert all(r["reused"] for run in again["runs"].values() for r in run["seeds"])
   assert {k: r["metrics"] for k, r in again["runs"].items()} == {k: r["metrics"] for k, r in results["runs"].items()}
+  trained = []
+  original = trainer.train
+  monkeypatch.setattr(trainer, "train", lambda c, workdir: trained.append(str(workdir)) or original(c, workdir))
+  more = paper_tables.run_tables(root, preset="tiny", overrides=MICRO, run_names=("grpo",), num_examples=4,
+                                 seeds=SEEDS + 1, progress=False)
+  assert [p.rsplit("/", 2)[-2:] for p in trained] == [["grpo", f"warmup0_seed{SEEDS}"]]
+  assert [r["reused"] for r in more["runs"]["grpo"]["seeds"]] == [True] * SEEDS + [False]
 
 
 def test_cli_refuses_an_unknown_run_in_one_line(tmp_path):

@@ -39,11 +39,11 @@ def test_tables_complete_after_a_sigterm_and_resume_with_twenty_steps(tmp_path, 
   with pytest.raises(SystemExit, match="interrupted .SIGTERM. at step 7"):
     paper_tables.run_tables(tmp_path, preset="tiny", overrides=TWENTY_STEPS, run_names=("grpo",), num_examples=4,
                             progress=False)
-  run_dir = tmp_path / "runs" / "grpo"
+  run_dir = tmp_path / "runs" / "grpo" / "warmup0_seed0"
   assert checkpoint_steps(run_dir) == [0, 5, 7]
   results = paper_tables.run_tables(tmp_path, preset="tiny", overrides=TWENTY_STEPS, run_names=("grpo",),
                                     num_examples=4, progress=False)
-  grpo = results["runs"]["grpo"]
-  assert grpo["start_sha256"] == results["warmup"]["sha256"] and not grpo["reused"]
+  (grpo,) = results["runs"]["grpo"]["seeds"]
+  assert grpo["start_sha256"] == results["warmups"][0]["sha256"] and not grpo["reused"]
   assert checkpoint_steps(run_dir) == [0, 7, 10, 15, 20]
-  assert (tmp_path / "table3.md").is_file() and 0.0 <= grpo["metrics"]["avg_em"] <= 1.0
+  assert (tmp_path / "table3.md").is_file() and 0.0 <= grpo["avg_em"] <= 1.0

@@ -1,28 +1,33 @@
-"""The paper's Tables 3 and 4 in miniature: one warm-up, then every algorithm and mask ablation trained from it.
+"""The paper's Tables 3 and 4 in miniature: warm-ups, then every algorithm and mask ablation trained from them,
+over seeds, with intervals.
 
-    python -m agent_r1_jax.experiments.paper_tables --workdir=DIR [--runs=grpo,ppo] [--config.trainer.total_steps=10]
+    python -m agent_r1_jax.experiments.paper_tables --workdir=DIR [--config=configs/grpo_multihopqa.py:tiny-mixed]
+        [--seeds=3] [--warmup_seeds=1] [--runs=grpo,ppo] [--config.trainer.total_steps=10]
 
-The preset of `--config` (default the tiny offline one) is warmed up once (`DIR/warmup`, stopped after its
-step-0 checkpoint), then every run of `RUNS` trains from that step-0 policy (`--config.init_from`), each in
-`DIR/runs/<name>` with its algorithm's config and the same `--config.*` overrides. Budgets are equal in
-episodes: every run samples the preset's rows per step (tiny: 40, as 8 prompts x 5 samples for GRPO, RLOO and
-REINFORCE++-baseline, 40 prompts x 1 for PPO and REINFORCE++) for the same number of steps, so each learner
-sees the same number of trajectories. Evaluated on the held-out sets with `agent_r1_jax.evaluate` (greedy):
-every final policy, and the warm-up policy three ways: in the tool loop (Base Tool Call), Naive RAG and No
-Retrieval. Writes, in DIR:
+The preset of `--config` (default the tiny offline one) is warmed up `--warmup_seeds` times
+(`DIR/warmup/seed<m>`, `--config.seed` + m, stopped after the step-0 checkpoint), then every run of `RUNS` trains
+`--seeds` times from each warm-up's step-0 policy (`--config.init_from`; RL seed `--config.seed` + s), in
+`DIR/runs/<name>/warmup<m>_seed<s>`, with its algorithm's config and the same `--config.*` overrides. Budgets are
+equal in episodes: every run samples the preset's rows per step (tiny: 40, as 8 prompts x 5 samples for GRPO,
+RLOO and REINFORCE++-baseline, 40 prompts x 1 for PPO and REINFORCE++) for the same number of steps. Every final
+policy, and each warm-up policy three ways (in the tool loop: Base Tool Call; Naive RAG; No Retrieval), is
+evaluated on the same held-out questions with `agent_r1_jax.evaluate` (greedy). Writes, in DIR:
 
-  table3.md / table4.md   the paper's layouts: EM per data set and their average beside the paper's average
-                          (Qwen2.5-3B-Instruct), then substring accuracy, F1 and tool calls per episode
-                          (unweighted means over the data sets)
-  results.json            every run's evaluation, training and evaluation seconds (kept from the invocation that
-                          did the work), start-parameter hash and config overrides; `wall_seconds` is this
-                          invocation's
-  em_curves.png           validation EM after every RL step of every run, beside the warm-up policy's held-out
-                          EM on the same data sets, and the held-out EM of every row
+  table3.md / table4.md   the paper's layouts: EM per data set and per question type (mean over seed runs),
+                          the average EM with its 95% interval, the paired difference to GRPO (Table 3) or to
+                          the unablated run of the same setting (Table 4: PPO at lambda = 1 and at 0.95, GRPO)
+                          with its interval, the paper's average (Qwen2.5-3B-Instruct), substring accuracy, F1,
+                          tool calls per episode and the number of seed runs
+  results.json            every row's statistics (`experiments/table_layout.row_stats`: also the t-interval over
+                          seeds) and every seed run's own figures, training and evaluation seconds (kept from the
+                          invocation that did the work), start-parameter hash and config overrides
+  em_curves.png           validation EM after every RL step, mean over seeds with the seeds' min-max band, beside
+                          the warm-up's held-out EM; every row's held-out EM with its interval
 
-A finished run (its `summary.json`) or evaluation (its `results.json`) is reused, so an interrupted table
-resumes where it stopped (an unfinished run resumes from its last checkpoint). DIR may be a Cloud Storage
-directory (`gs://bucket/tables`), like any run's workdir.
+Intervals (`experiments/intervals.py`): a percentile bootstrap over seed runs and questions (2,000 resamples);
+differences are paired on the questions. A finished seed run (its `summary.json`) or evaluation (its
+`results.json`) is reused, so an interrupted table resumes where it stopped, and raising `--seeds` trains only
+the new seeds. DIR may be a Cloud Storage directory (`gs://bucket/tables`), like any run's workdir.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from tqdm import tqdm
 from agent_r1_jax import paths, trainer
 from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.evaluation import pipeline
-from agent_r1_jax.evaluation.report import DATASET_LABELS
+from agent_r1_jax.experiments import table_layout
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", str(paths.REPO_ROOT / "configs" / "grpo_multihopqa.py"),
@@ -54,31 +59,46 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory of the warm-up, the runs, their evaluations and tables.")
 _RUNS = flags.DEFINE_list("runs", [], "Runs to train and tabulate (default: all of RUNS).")
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 200, "Held-out examples per data set (0 = all).")
+_SEEDS = flags.DEFINE_integer("seeds", 1, "RL seed runs per row and warm-up.")
+_WARMUP_SEEDS = flags.DEFINE_integer("warmup_seeds", 1, "Warm-ups (each a different seed) every row starts from.")
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-  """One row: `algorithm`'s config with `overrides`, in `table` (3 or 4) beside the paper's average EM."""
+  """One row: `algorithm`'s config with `overrides`, in `table` (3 or 4) beside the paper's average EM (None: the
+  paper has no such row). `group` names the unablated run a Table-4 row is compared with (itself for that run)."""
   name: str
   label: str
   algorithm: str
   table: int
-  paper_em: float
+  paper_em: float | None
   overrides: tuple[tuple[str, Any], ...] = ()
+  group: str = ""
 
 
 NO_ADVANTAGE_MASK = (("algorithm.advantage_mask", "response"),)
-NO_MASKS = NO_ADVANTAGE_MASK + (("algorithm.loss_mask", "response"),)
+NO_LOSS_MASK = (("algorithm.loss_mask", "response"),)
+NO_MASKS = NO_ADVANTAGE_MASK + NO_LOSS_MASK
+# At gamma * lambda < 1 GAE's recursion decays across the observation tokens it would otherwise step over, so the
+# advantage mask changes PPO's advantages; at gamma = lambda = 1 it provably does not (README, mask ablations).
+LAMBDA_095 = (("algorithm.lam", 0.95),)
 RUNS: tuple[RunSpec, ...] = (
-    RunSpec("grpo", "GRPO", "grpo", 3, 0.3877),
-    RunSpec("ppo", "PPO", "ppo", 3, 0.3719),
+    RunSpec("grpo", "GRPO", "grpo", 3, 0.3877, group="grpo"),
+    RunSpec("ppo", "PPO", "ppo", 3, 0.3719, group="ppo"),
     RunSpec("rloo", "RLOO", "rloo", 3, 0.3716),
     RunSpec("reinforce_pp_baseline", "REINFORCE++-baseline", "reinforce_pp_baseline", 3, 0.3619),
     RunSpec("reinforce_pp", "REINFORCE++", "reinforce_pp", 3, 0.3300),
-    RunSpec("ppo_no_advantage_mask", "PPO w/o advantage mask", "ppo", 4, 0.3136, NO_ADVANTAGE_MASK),
-    RunSpec("ppo_no_masks", "PPO w/o advantage and loss masks", "ppo", 4, 0.3022, NO_MASKS),
-    RunSpec("grpo_no_loss_mask", "GRPO w/o loss mask", "grpo", 4, 0.3722, (("algorithm.loss_mask", "response"),)),
+    RunSpec("ppo_no_advantage_mask", "PPO w/o advantage mask", "ppo", 4, 0.3136, NO_ADVANTAGE_MASK, "ppo"),
+    RunSpec("ppo_no_masks", "PPO w/o advantage and loss masks", "ppo", 4, 0.3022, NO_MASKS, "ppo"),
+    RunSpec("ppo_lambda095", "PPO, lambda = 0.95", "ppo", 4, None, LAMBDA_095, "ppo_lambda095"),
+    RunSpec("ppo_no_advantage_mask_lambda095", "PPO w/o advantage mask, lambda = 0.95", "ppo", 4, None,
+            NO_ADVANTAGE_MASK + LAMBDA_095, "ppo_lambda095"),
+    RunSpec("ppo_no_masks_lambda095", "PPO w/o advantage and loss masks, lambda = 0.95", "ppo", 4, None,
+            NO_MASKS + LAMBDA_095, "ppo_lambda095"),
+    RunSpec("grpo_no_advantage_mask", "GRPO w/o advantage mask", "grpo", 4, None, NO_ADVANTAGE_MASK, "grpo"),
+    RunSpec("grpo_no_loss_mask", "GRPO w/o loss mask", "grpo", 4, 0.3722, NO_LOSS_MASK, "grpo"),
 )
+TABLE4_GROUPS = ("ppo", "ppo_lambda095", "grpo")
 # Every run validates after every RL step, for the curves (evaluation draws its own key: training is unchanged).
 CURVE_OVERRIDES = {"trainer.eval_every": 1}
 # The warm-up policy's rows: (name, label, evaluation method, paper's average EM).
@@ -145,118 +165,126 @@ def evaluate_once(workdir: epath.Path, out_dir: epath.Path, methods: list[str],
   return json.loads(results.read_text())["methods"]
 
 
-def row_metrics(per_dataset: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
-  """EM per data set, and EM / substring accuracy / F1 / tool calls averaged (unweighted) over the data sets."""
-  mean = lambda k: sum(s[k] for s in per_dataset.values()) / len(per_dataset)  # noqa: E731
-  return {"em": {d: s["em"] for d, s in per_dataset.items()}, "avg_em": mean("em"),
-          "substring_acc": mean("substring_acc"), "f1": mean("f1"), "tool_calls": mean("tool_calls")}
+def read_seed_eval(out_dir: epath.Path, method: str) -> table_layout.SeedEval:
+  """One evaluation's summaries and per-question EM for `method`, from its results.json and records.jsonl."""
+  summaries = json.loads((out_dir / "results.json").read_text())["methods"][method]
+  scores = {}
+  for line in (out_dir / "records.jsonl").read_text(encoding="utf-8").splitlines():
+    record = json.loads(line)
+    if record["method"] == method:
+      scores[(record["data_source"], record["example_id"])] = float(record["scores"]["em"])
+  return table_layout.SeedEval(summaries, scores)
 
 
-def markdown_table(rows: Sequence[tuple[str, dict[str, Any], float | None]]) -> str:
-  """`rows` of (label, row_metrics, paper's average EM) as one markdown table."""
-  datasets = list(rows[0][1]["em"])
-  header = (["Method"] + [f"EM {DATASET_LABELS.get(d, d)}" for d in datasets]
-            + ["EM avg.", "paper EM avg. (Qwen2.5-3B)", "substring", "F1", "tool calls"])
-  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  for label, m, paper in rows:
-    cells = ([f"{m['em'][d]:.4f}" for d in datasets]
-             + [f"{m['avg_em']:.4f}", "-" if paper is None else f"{paper:.4f}", f"{m['substring_acc']:.4f}",
-                f"{m['f1']:.4f}", f"{m['tool_calls']:.2f}"])
-    lines.append(f"| {label} | " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
+def seed_dirs(warmup_seeds: int, seeds: int) -> list[tuple[int, int, str]]:
+  """`(warm-up m, RL seed s, directory name)` of every seed run of a row."""
+  return [(m, s, f"warmup{m}_seed{s}") for m in range(warmup_seeds) for s in range(seeds)]
 
 
 def tables(results: Mapping[str, Any], specs: Sequence[RunSpec]) -> tuple[str, str]:
-  """(table3.md, table4.md) from `results` ("baselines" and "runs", each {name: row_metrics})."""
+  """(table3.md, table4.md) from `results` ("baselines" and "runs", each holding `row_stats` as "metrics")."""
   table3 = [(label, results["baselines"][name], paper) for name, label, _, paper in BASELINES]
   table3 += [(s.label, results["runs"][s.name]["metrics"], s.paper_em) for s in specs if s.table == 3]
   table4 = []
-  for base in ("ppo", "grpo"):  # each unablated run, then its ablations
-    table4 += [(s.label, results["runs"][s.name]["metrics"], s.paper_em) for s in specs
-               if s.name == base or (s.table == 4 and s.algorithm == base)]
-  return markdown_table(table3), (markdown_table(table4) if table4 else "")
+  for group in TABLE4_GROUPS:  # each unablated run, then its ablations
+    table4 += [(s.label, results["runs"][s.name]["table4"], s.paper_em) for s in specs
+               if s.group == group and s.name == group]
+    table4 += [(s.label, results["runs"][s.name]["table4"], s.paper_em) for s in specs
+               if s.group == group and s.name != group]
+  return (table_layout.markdown_table(table3, "GRPO"),
+          table_layout.markdown_table(table4, "unablated") if table4 else "")
 
 
-def plot_em_curves(results: Mapping[str, Any], workdir: epath.Path, specs: Sequence[RunSpec]) -> epath.Path:
-  """`em_curves.png`: each run's validation EM per RL step beside the shared warm-up policy's held-out EM, and
-  every row's held-out EM (mean over the data sets)."""
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-
-  fig, (curves, bars) = plt.subplots(1, 2, figsize=(14, 4.2))
-  validated = set()  # the data sets the runs validate on
-  for s in specs:
-    points = [(r["step"], _validation_em(r)) for r in trainer.read_metrics(workdir / "runs" / s.name)]
-    points = [(step, em) for step, em in points if em]
-    validated.update(source for _, em in points for source in em)
-    curves.plot([step for step, _ in points], [sum(em.values()) / len(em) for _, em in points], marker=".",
-                label=s.label, linestyle="-" if s.table == 3 else "--")
-  warm_em = results["baselines"]["base_tool_call"]["em"]
-  on_validated = [warm_em[d] for d in sorted(validated) if d in warm_em] or list(warm_em.values())
-  curves.axhline(sum(on_validated) / len(on_validated), color="gray", linestyle=":",
-                 label="warm-up policy (its held-out EM on these data sets)")
-  curves.set(xlabel="RL step", ylabel="validation EM (greedy)", ylim=(0.0, 1.02), xlim=(0, None),
-             title="validation EM of each run from the shared warm-up")
-  curves.legend(fontsize=8)
-  labels = [label for _, label, _, _ in BASELINES] + [s.label for s in specs]
-  values = [results["baselines"][name]["avg_em"] for name, *_ in BASELINES]
-  values += [results["runs"][s.name]["metrics"]["avg_em"] for s in specs]
-  bars.barh(labels[::-1], values[::-1])
-  bars.set(xlabel="held-out EM (greedy, mean over data sets)", xlim=(0.0, 1.0), title="final policies")
-  fig.tight_layout()
-  out = workdir / "em_curves.png"
-  with out.open("wb") as f:  # a file object: matplotlib cannot name a bucket path
-    fig.savefig(f, format="png", dpi=110)
-  plt.close(fig)
+def _curve(run_dir: epath.Path) -> list[tuple[int, float]]:
+  """`(RL step, validation EM averaged over the data sets)` of a run, at the steps it validated."""
+  out = []
+  for row in trainer.read_metrics(run_dir):
+    em = [v for k, v in row.items() if k.startswith("eval/") and k.endswith("/em")]
+    if em:
+      out.append((row["step"], sum(em) / len(em)))
   return out
 
 
-def _validation_em(row: Mapping[str, Any]) -> dict[str, float]:
-  """`{data set: EM}` of a metrics row's validation (`eval/<data set>/em`); empty where the step did not validate."""
-  return {k.split("/")[1]: v for k, v in row.items() if k.startswith("eval/") and k.endswith("/em")}
-
-
 def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[str, Any],
-               run_names: Sequence[str] = (), num_examples: int = 200, progress: bool = True) -> dict[str, Any]:
-  """Warm-up, runs, evaluations and tables (see the module docstring); returns what results.json holds."""
+               run_names: Sequence[str] = (), num_examples: int = 200, seeds: int = 1, warmup_seeds: int = 1,
+               progress: bool = True) -> dict[str, Any]:
+  """Warm-ups, seed runs, evaluations and tables (see the module docstring); returns what results.json holds."""
   unknown = sorted(set(run_names) - {s.name for s in RUNS})
   if unknown:
     raise ValueError(f"unknown run(s) {unknown} in --runs; choose from {[s.name for s in RUNS]}")
+  if seeds < 1 or warmup_seeds < 1:
+    raise ValueError(f"--seeds and --warmup_seeds must be >= 1, got {seeds} and {warmup_seeds}")
   specs = [s for s in RUNS if not run_names or s.name in run_names]
   root = workdir_lib.workdir_path(workdir)
   previous = json.loads((root / "results.json").read_text()) if (root / "results.json").is_file() else {}
+  base_seed = int(overrides.get("seed", trainer.base_config("grpo", preset).seed))
   t0 = time.perf_counter()
-  warm_dir = root / "warmup"
-  warm_cfg = run_config("grpo", preset, {**overrides, "trainer.total_steps": 0})
-  warm = train_once(warm_cfg, warm_dir)
-  if warm["reused"]:
-    warm.update({k: v for k, v in previous.get("warmup", {}).items() if k.endswith("_seconds")})
-  baseline_eval = evaluate_once(warm_dir, root / "eval" / "warmup", [m for _, _, m, _ in BASELINES], num_examples)
-  results: dict[str, Any] = {
-      "preset": preset, "overrides": {k: repr(v) for k, v in overrides.items()}, "num_examples": num_examples,
-      "warmup": {**warm, "sha256": step0_sha256(warm_dir)},
-      "baselines": {name: row_metrics(baseline_eval[method]) for name, _, method, _ in BASELINES}, "runs": {}}
-  for s in tqdm(specs, desc="runs", disable=not progress):
-    run_dir = root / "runs" / s.name
-    c = run_config(s.algorithm, preset, {**CURVE_OVERRIDES, **overrides, **dict(s.overrides),
-                                         "init_from": str(warm_dir)})
+  warmups, baseline_evals = [], {name: [] for name, *_ in BASELINES}
+  for m in range(warmup_seeds):
+    warm_dir = root / "warmup" / f"seed{m}"
+    warm = train_once(run_config("grpo", preset, {**overrides, "seed": base_seed + m, "trainer.total_steps": 0}),
+                      warm_dir)
+    if warm["reused"]:
+      old = [w for w in previous.get("warmups", []) if w.get("warmup") == m]
+      warm.update({k: v for k, v in (old[0] if old else {}).items() if k.endswith("_seconds")})
+    out_dir = root / "eval" / "warmup" / f"seed{m}"
+    evaluate_once(warm_dir, out_dir, [method for _, _, method, _ in BASELINES], num_examples)
+    for name, _, method, _ in BASELINES:
+      baseline_evals[name].append(read_seed_eval(out_dir, method))
+    warmups.append({"warmup": m, **warm, "sha256": step0_sha256(warm_dir)})
+
+  run_evals: dict[str, list[table_layout.SeedEval]] = {}
+  seed_records: dict[str, list[dict[str, Any]]] = {}
+  todo = [(s, m, k, name) for s in specs for m, k, name in seed_dirs(warmup_seeds, seeds)]
+  for spec, m, k, name in tqdm(todo, desc="seed runs", disable=not progress):
+    run_dir = root / "runs" / spec.name / name
+    c = run_config(spec.algorithm, preset, {**CURVE_OVERRIDES, **overrides, **dict(spec.overrides),
+                                            "seed": base_seed + k, "init_from": str(root / "warmup" / f"seed{m}")})
     trained = train_once(c, run_dir)
     t_eval = time.perf_counter()
-    evaluated = evaluate_once(run_dir, root / "eval" / s.name, ["agent"], num_examples)
+    out_dir = root / "eval" / spec.name / name
+    evaluate_once(run_dir, out_dir, ["agent"], num_examples)
     timing = {"eval_seconds": time.perf_counter() - t_eval, **trained}
     if trained["reused"]:  # the times of the invocation that did the work
-      timing.update({k: v for k, v in previous.get("runs", {}).get(s.name, {}).items() if k.endswith("_seconds")})
-    results["runs"][s.name] = {**timing, "algorithm": s.algorithm,
-                               "overrides": dict(s.overrides), "start_sha256": step0_sha256(run_dir),
-                               "metrics": row_metrics(evaluated["agent"])}
+      old = [r for r in previous.get("runs", {}).get(spec.name, {}).get("seeds", []) if r.get("dir") == name]
+      timing.update({key: v for key, v in (old[0] if old else {}).items() if key.endswith("_seconds")})
+    evaluation = read_seed_eval(out_dir, "agent")
+    run_evals.setdefault(spec.name, []).append(evaluation)
+    start = step0_sha256(run_dir)
+    seed_records.setdefault(spec.name, []).append({
+        "dir": name, "warmup": m, "seed": k, **timing, "start_sha256": start,
+        "starts_from_its_warmup": start == warmups[m]["sha256"],
+        "avg_em": table_layout.row_stats([evaluation])["avg_em"], "summaries": evaluation.summaries})
+
+  reference = run_evals.get("grpo")
+  results: dict[str, Any] = {
+      "preset": preset, "overrides": {k: repr(v) for k, v in overrides.items()}, "num_examples": num_examples,
+      "seeds": seeds, "warmup_seeds": warmup_seeds,
+      "intervals": "95%: percentile bootstrap over seed runs and questions (2,000 resamples); differences paired "
+                   "on the questions; also a t-interval over seed means (t_interval)",
+      "warmups": warmups,
+      "baselines": {name: table_layout.row_stats(evals, reference) for name, evals in baseline_evals.items()},
+      "runs": {}}
+  for spec in specs:
+    head = run_evals.get(spec.group) if spec.group else None
+    results["runs"][spec.name] = {
+        "label": spec.label, "algorithm": spec.algorithm, "overrides": dict(spec.overrides), "group": spec.group,
+        "metrics": table_layout.row_stats(run_evals[spec.name], reference),
+        "table4": table_layout.row_stats(run_evals[spec.name], head) if spec.group else None,
+        "seeds": seed_records[spec.name]}
   results["wall_seconds"] = time.perf_counter() - t0
   table3, table4 = tables(results, specs)
   (root / "table3.md").write_text(table3)
   if table4:
     (root / "table4.md").write_text(table4)
   (root / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-  plot_em_curves(results, root, specs)
+  curves = [(s.label, s.table == 3, [_curve(root / "runs" / s.name / name) for _, _, name in
+                                     seed_dirs(warmup_seeds, seeds)]) for s in specs]
+  bars = [(label, results["baselines"][name]["avg_em"], results["baselines"][name]["interval"])
+          for name, label, _, _ in BASELINES]
+  bars += [(s.label, results["runs"][s.name]["metrics"]["avg_em"], results["runs"][s.name]["metrics"]["interval"])
+           for s in specs]
+  table_layout.plot_em_curves(root / "em_curves.png", curves, results["baselines"]["base_tool_call"]["avg_em"], bars)
   return results
 
 
@@ -268,7 +296,8 @@ def main(argv: list[str]) -> None:
   flag_config = _CONFIG.value
   try:
     run_tables(_WORKDIR.value, preset=flag_config.preset, overrides=user_overrides(sys.argv[1:], flag_config),
-               run_names=_RUNS.value, num_examples=_NUM_EXAMPLES.value)
+               run_names=_RUNS.value, num_examples=_NUM_EXAMPLES.value, seeds=_SEEDS.value,
+               warmup_seeds=_WARMUP_SEEDS.value)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

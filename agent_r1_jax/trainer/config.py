@@ -134,7 +134,7 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.data.prepare = config_dict.ConfigDict(dict(name="multihopqa_local", hotpotqa_train=config_dict.placeholder(str),
                                                hotpotqa_dev=config_dict.placeholder(str)))
   c.data.synthetic = config_dict.ConfigDict(dict(
-      seed=0, num_train=1200, num_validation=200, num_test=200))
+      seed=0, num_train=1200, num_validation=200, num_test=200, namesake_rate=0.0))
 
   # ---- tools / env -------------------------------------------------------------------------------------
   c.tool = config_dict.ConfigDict()

@@ -1,0 +1,123 @@
+"""What the paper tables show for one row: EM over seeds with its interval, per data set and per question type,
+the paired difference to a reference row, and the markdown and curves that lay the rows out.
+
+A row's evaluations are one per seed run (`SeedEval`: the run's per-data-set summaries and its per-question EM).
+All runs of a table are evaluated on the same held-out questions (greedy, the first `num_examples` of each data
+set), so the per-question EM of a row is a `[seeds, questions]` matrix, the input of `experiments.intervals`.
+The intervals weight the data sets by their questions; with `--num_examples` equal for every data set (the
+default) that is the unweighted average over data sets the "EM avg." column shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from agent_r1_jax.data.synthetic.world import TYPE_LABELS
+from agent_r1_jax.evaluation.report import DATASET_LABELS
+from agent_r1_jax.experiments import intervals
+
+CONFIDENCE = 0.95
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedEval:
+  """One seed run's evaluation with one method: `summaries` {data set: summary}, `scores` {(data set, example
+  id): EM}."""
+  summaries: Mapping[str, Mapping[str, float]]
+  scores: Mapping[tuple[str, str], float]
+
+
+def score_matrix(evals: Sequence[SeedEval], keys: Sequence[tuple[str, str]] | None = None) -> np.ndarray:
+  """`[seeds, questions]` EM of `evals` over `keys` (default: the first evaluation's questions, sorted)."""
+  keys = sorted(evals[0].scores) if keys is None else keys
+  for e in evals:
+    if set(e.scores) != set(keys):
+      raise ValueError("the runs of a table were evaluated on different questions; use one --num_examples")
+  return np.array([[e.scores[k] for k in keys] for e in evals], np.float64)
+
+
+def row_stats(evals: Sequence[SeedEval], reference: Sequence[SeedEval] | None = None) -> dict[str, Any]:
+  """Means over seeds (EM per data set and per question type, the average over data sets, substring accuracy,
+  F1, tool calls), each seed's average EM, the bootstrap and t intervals of EM, and the paired difference to
+  `reference` (another row's evaluations on the same questions) where given."""
+  def mean(key: str, summaries: Mapping[str, Mapping[str, float]]) -> float:
+    return sum(s[key] for s in summaries.values()) / len(summaries)
+
+  datasets = list(evals[0].summaries)
+  kinds = [k for k in TYPE_LABELS if any(f"em_{k}" in s for e in evals for s in e.summaries.values())]
+  per_seed = [mean("em", e.summaries) for e in evals]
+  out: dict[str, Any] = {
+      "em": {d: float(np.mean([e.summaries[d]["em"] for e in evals])) for d in datasets},
+      "em_type": {k: float(np.mean([np.mean([s[f"em_{k}"] for s in e.summaries.values() if f"em_{k}" in s])
+                                    for e in evals])) for k in kinds},
+      "avg_em": float(np.mean(per_seed)), "per_seed_avg_em": per_seed,
+      **{k: float(np.mean([mean(k, e.summaries) for e in evals])) for k in ("substring_acc", "f1", "tool_calls")},
+  }
+  x = score_matrix(evals)
+  out["interval"] = intervals.bootstrap_interval(x, CONFIDENCE).as_dict()
+  out["t_interval"] = intervals.seed_t_interval(x, CONFIDENCE).as_dict()
+  if reference is not None:
+    keys = sorted(evals[0].scores)
+    out["paired"] = intervals.paired_difference(x, score_matrix(reference, keys), CONFIDENCE).as_dict()
+  return out
+
+
+def _interval(d: Mapping[str, float] | None, signed: bool = False) -> str:
+  return "-" if d is None else intervals.format_interval(intervals.Interval(**d), signed=signed)
+
+
+def markdown_table(rows: Sequence[tuple[str, Mapping[str, Any], float | None]], reference_label: str) -> str:
+  """`rows` of (label, row_stats, paper's average EM) as one markdown table: EM per data set and per question
+  type, the average with its 95% bootstrap interval, the paired difference to `reference_label`'s row, the
+  paper's average, substring accuracy, F1, tool calls and the number of seed runs."""
+  datasets = list(rows[0][1]["em"])
+  kinds = [k for k in TYPE_LABELS if any(k in r[1]["em_type"] for r in rows)]
+  header = (["Method"] + [f"EM {DATASET_LABELS.get(d, d)}" for d in datasets] + [f"EM {TYPE_LABELS[k]}" for k in kinds]
+            + ["EM avg. [95% CI]", f"vs {reference_label} [95% CI]", "paper EM avg. (Qwen2.5-3B)", "substring", "F1",
+               "tool calls", "seeds"])
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  for label, m, paper in rows:
+    cells = ([f"{m['em'][d]:.4f}" for d in datasets] + [f"{m['em_type'][k]:.4f}" if k in m["em_type"] else "-"
+                                                        for k in kinds]
+             + [_interval(m["interval"]), _interval(m.get("paired"), signed=True),
+                "-" if paper is None else f"{paper:.4f}", f"{m['substring_acc']:.4f}", f"{m['f1']:.4f}",
+                f"{m['tool_calls']:.2f}", str(len(m["per_seed_avg_em"]))])
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def plot_em_curves(path, curves: Sequence[tuple[str, bool, Sequence[Sequence[tuple[int, float]]]]],
+                   warm_em: float, bars: Sequence[tuple[str, float, Mapping[str, float]]]) -> None:
+  """`em_curves.png` at `path` (a local or bucket path): for each `(label, solid, per-seed [(step, EM)])` the mean
+  validation EM over seeds per RL step with the min-max band of the seeds, beside the warm-up policy's EM; and
+  each row's held-out EM as a bar with its 95% interval (`bars`: (label, EM, interval))."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+  fig, (ax, bar_ax) = plt.subplots(1, 2, figsize=(15, 4.6))
+  for label, solid, seeds in curves:
+    steps = sorted(set.intersection(*[{step for step, _ in s} for s in seeds])) if seeds else []
+    if not steps:
+      continue
+    by_step = np.array([[dict(s)[step] for step in steps] for s in seeds])  # [seeds, steps]
+    line, = ax.plot(steps, by_step.mean(axis=0), marker=".", linestyle="-" if solid else "--",
+                    label=f"{label} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})")
+    if len(seeds) > 1:
+      ax.fill_between(steps, by_step.min(axis=0), by_step.max(axis=0), color=line.get_color(), alpha=0.15)
+  ax.axhline(warm_em, color="gray", linestyle=":", label="warm-up policy (held-out EM)")
+  ax.set(xlabel="RL step", ylabel="validation EM (greedy)", ylim=(0.0, 1.02), xlim=(0, None),
+         title="validation EM: mean over seeds, band = min-max of the seeds")
+  ax.legend(fontsize=7)
+  labels = [b[0] for b in bars][::-1]
+  values = np.array([b[1] for b in bars][::-1])
+  errors = np.array([[b[1] - b[2]["low"], b[2]["high"] - b[1]] for b in bars][::-1]).T
+  bar_ax.barh(labels, values, xerr=errors, capsize=3)
+  bar_ax.set(xlabel="held-out EM (greedy) with 95% interval", xlim=(0.0, 1.0), title="final policies")
+  fig.tight_layout()
+  with path.open("wb") as f:  # a file object: matplotlib cannot name a bucket path
+    fig.savefig(f, format="png", dpi=110)
+  plt.close(fig)
