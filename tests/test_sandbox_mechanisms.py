@@ -128,3 +128,16 @@ def test_v2_without_the_controllers_anywhere_is_unavailable(tmp_path):
 def test_no_cgroup_hierarchy_is_unavailable():
   with pytest.raises(snippet_cgroup.CgroupUnavailable, match="memory, pids, cpu"):
     snippet_cgroup.CgroupHost.detect(mountinfo="1 0 0:1 / / rw - ext4 /dev/sda rw\n", proc_cgroup="0::/\n")
+
+
+def test_snippet_cgroups_of_a_dead_trainer_are_removed(tmp_path):
+  """A trainer killed mid-snippet leaves `snippet-<pid>-<id>` behind; the next one removes it, not a live one's."""
+  import os  # pylint: disable=import-outside-toplevel
+  parent = tmp_path / "snippets"
+  parent.mkdir()
+  dead_pid = 4_000_000  # above the kernel's pid_max limit, so never a live process
+  stale, live = parent / f"snippet-{dead_pid}-abc", parent / f"snippet-{os.getpid()}-def"
+  stale.mkdir()
+  live.mkdir()
+  snippet_cgroup.CgroupHost(1, {"memory": parent})._remove_stale()
+  assert not stale.exists() and live.exists()

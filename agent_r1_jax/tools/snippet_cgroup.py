@@ -129,6 +129,18 @@ class CgroupHost:
                                 f"delegated to this user") from e
     if self.version == 2:
       self._enable_v2_controllers(self.parents["unified"])
+    self._remove_stale()
+
+  def _remove_stale(self) -> None:
+    """Removes the empty snippet cgroups a trainer that died mid-snippet left behind (`snippet-<its pid>-...`)."""
+    for directory in self.parents.values():
+      for child in directory.glob("snippet-*-*"):
+        pid = child.name.split("-")[1]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+          try:
+            child.rmdir()
+          except OSError:  # still holds a process, or another trainer removed it first
+            pass
 
   @staticmethod
   def _enable_v2_controllers(directory: pathlib.Path) -> None:
