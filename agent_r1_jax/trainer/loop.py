@@ -33,6 +33,7 @@ from flax import nnx
 from ml_collections import config_dict
 
 from agent_r1_jax import rl
+from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.data.loader import example_iterator
 from agent_r1_jax.models import save_hf_checkpoint
 from agent_r1_jax.models.sharding import place as place_on_mesh
@@ -66,7 +67,7 @@ class RLTrainer(RolloutStepMixin):
     assets.resolve(c)
     config_lib.validate(c)
     self.c = c
-    self.workdir = pathlib.Path(workdir)
+    self.workdir = workdir_lib.workdir_path(workdir)  # a local directory or gs://bucket/dir
     self.workdir.mkdir(parents=True, exist_ok=True)
     self.is_chief = jax.process_index() == 0  # the one process that writes files (multi-host)
     if self.is_chief:
@@ -300,6 +301,7 @@ class RLTrainer(RolloutStepMixin):
         saved = step % c.trainer.save_every == 0 or step == c.trainer.total_steps
         if saved:
           self._save(step)
+          writer.sync()  # a bucket workdir holds every metrics row up to the checkpoint a rerun resumes from
         if preemption.requested and step < c.trainer.total_steps:
           if not saved:
             self._save(step, force=True)
@@ -335,9 +337,10 @@ class RLTrainer(RolloutStepMixin):
         self.wandb.finish(summary, curves)
     if c.trainer.export_hf:
       model = nnx.merge(self.actor_graphdef, self.state["actor"])
-      save_hf_checkpoint(model, self.workdir / "hf_export")  # collective gathers; process 0 writes
-      if self.is_chief:
-        self.task.tokenizer.save_pretrained(str(self.workdir / "hf_export"))
+      with workdir_lib.staged_dir(self.workdir / "hf_export") as export:  # a bucket's: uploaded at the end
+        save_hf_checkpoint(model, export)  # collective gathers; process 0 writes
+        if self.is_chief:
+          self.task.tokenizer.save_pretrained(str(export))
     return summary
 
 
@@ -346,6 +349,8 @@ def train(c: config_dict.ConfigDict, workdir: str | pathlib.Path) -> RunResult |
   refusing a real preset on the CPU backend (`backend.check_accelerator`) and printing the backend line."""
   if not c.dry_run:  # a missing W&B package stops the run before assets are prepared (a dry run logs nothing)
     wandb_logging.check_installed(c)
+  if not c.dry_run:  # a gs:// workdir without its package: one error before assets are prepared
+    workdir_lib.require_backend(workdir)
   assets.resolve(c)
   config_lib.validate(c)
   if c.dry_run:
