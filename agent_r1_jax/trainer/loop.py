@@ -294,6 +294,9 @@ class RLTrainer(RolloutStepMixin):
           for source, summary in summaries.items():
             for k in ("em", "substring_acc", "f1", "format", "score", "tool_calls"):
               metrics[f"eval/{source}/{k}"] = summary[k]
+            for k in summary:  # EM per question type, where the data set has types (the mixed world)
+              if k.startswith("em_"):
+                metrics[f"eval/{source}/{k}"] = summary[k]
         row = writer.write(step, metrics)
         if self.wandb is not None:
           self.wandb.log(row)
