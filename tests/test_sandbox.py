@@ -266,3 +266,21 @@ def test_a_venv_reached_through_a_symlink_still_runs_snippets(tmp_path):
   assert done.returncode == 0, done.stderr[-2000:]
   assert done.stdout.startswith("0 prefix "), done.stdout
   assert done.stdout.split()[2] == os.path.realpath(sys.prefix), done.stdout
+
+
+def test_a_snippet_can_use_multiprocessing_and_its_shared_memory_is_bounded(run):
+  """`multiprocessing` needs POSIX semaphores in /dev/shm: the sandbox gives a tmpfs there of the disk limit, and
+  the functions of the snippet's `__main__` pickle to the pool's workers (the snippet runs in the real `__main__`)."""
+  code = textwrap.dedent("""
+      import multiprocessing, os
+      def square(x):
+        return x * x
+      if __name__ == '__main__':
+        with multiprocessing.Pool(2) as pool:
+          print(pool.map(square, range(6)))
+        fs = os.statvfs('/dev/shm')
+        print('shm bytes', fs.f_blocks * fs.f_frsize)
+  """)
+  out = run(code)
+  assert out["stdout"].splitlines()[0] == "[0, 1, 4, 9, 16, 25]", out
+  assert int(out["stdout"].split("shm bytes")[1]) <= LIMITS.disk_mb << 20

@@ -8,7 +8,8 @@ What the program sees and may do:
                     (`sys.base_prefix`, `sys.prefix`); no other host file exists there
   /sandbox          its working directory and HOME: an empty tmpfs of `disk_mb` (the only writable place; the
                     host's disk is never written), holding `snippet.py`
-  /dev/null, zero, random, urandom; /proc of its own PID namespace
+  /dev/null, zero, random, urandom; /dev/shm, a tmpfs of `disk_mb` (POSIX semaphores and shared memory:
+                    `multiprocessing` works); /proc of its own PID namespace
   network           a new namespace whose only interface, loopback, is down: no address (127.0.0.1 of the host
                     included) is reachable and no name resolves
   processes         a new PID namespace: when its first process ends or is killed, the kernel kills every
@@ -75,6 +76,8 @@ while [ "$1" != "--" ]; do
 done
 shift
 mount -t tmpfs -o "mode=1777,size=${disk_mb}m,nosuid,nodev" sandbox-work "$stage/sandbox"
+mkdir -p "$stage/dev/shm"
+mount -t tmpfs -o "mode=1777,size=${disk_mb}m,nosuid,nodev,noexec" sandbox-shm "$stage/dev/shm"
 cat > "$stage/sandbox/snippet.py"
 chmod 0644 "$stage/sandbox/snippet.py"
 mount -t proc -o nosuid,nodev,noexec proc "$stage/proc"
