@@ -119,9 +119,16 @@ FIELD_NOTES = {
     "tool.python.isolation": "`namespaces`: every snippet in fresh Linux namespaces (tools/sandbox.py); "
                              "`none`: unisolated (unsafe, logged loudly).",
     "tool.python.time_limit_s": "Wall-clock limit of one snippet.",
-    "tool.python.memory_limit_mb": "Address-space limit of one snippet.",
-    "tool.python.disk_limit_mb": "Size of the snippet's writable temp dir (and its file-size limit).",
-    "tool.python.max_processes": "Processes one snippet may run at once.",
+    "tool.python.memory_limit_mb": "Address-space limit of each of a snippet's processes; with `disk_limit_mb`, the "
+                                   "memory of all of them and their files together (the snippet's cgroup).",
+    "tool.python.disk_limit_mb": "Size of the snippet's writable temp dir and of its /dev/shm.",
+    "tool.python.max_processes": "Processes (and threads) one snippet may run at once, all of them together.",
+    "tool.python.cpus": "CPU cores of bandwidth for all of a snippet's processes together (its cgroup's quota).",
+    "tool.python.cgroup_parent": "Where snippet cgroups are made: relative to the trainer's own cgroup, or absolute "
+                                 "from the hierarchy's root; an unprivileged user names a cgroup delegated to it. "
+                                 "Empty: `<trainer's cgroup>/agent_r1_jax_snippets`.",
+    "tool.python.accept_missing": "Comma-separated guarantees (`cgroup`, `seccomp`) the tool may run without on a "
+                                  "host that cannot give them; any other missing one makes it refuse to start.",
     "tool.python.max_output_chars": "Characters of a snippet's output kept in the observation.",
     "env.parallel_tool_calls": "Execute every `<tool_call>` of a turn (True) or only the first (False).",
     "env.assistant_prefix": "Text the env writes at the start of every assistant turn after an observation "

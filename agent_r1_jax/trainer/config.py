@@ -146,11 +146,8 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.tool.server_url = config_dict.placeholder(str)   # http retriever
   c.tool.top_k = 5
   c.tool.timeout_s = 30.0
-  # The `python` tool (tool.tools=("python",)): each snippet in a namespace sandbox ("none": unisolated, unsafe),
-  # its own cgroup (memory_limit_mb + disk_limit_mb, max_processes, cpus for all its processes together) and a
-  # seccomp filter. cgroup_parent: where snippet cgroups go (relative to the trainer's cgroup, or absolute; an
-  # unprivileged user names a delegated one). accept_missing: comma-separated guarantees ("cgroup", "seccomp") the
-  # tool may run without on a host that cannot give them; otherwise it refuses to start.
+  # The `python` tool (tool.tools=("python",)): a sandbox per snippet ("none": unisolated, unsafe); its guarantees,
+  # cgroup_parent and accept_missing ("cgroup", "seccomp"): tools/python_tool.py and the README.
   c.tool.python = config_dict.ConfigDict(dict(isolation="namespaces", time_limit_s=5.0, memory_limit_mb=512,
                                               disk_limit_mb=16, max_processes=32, max_output_chars=4096, cpus=1.0,
                                               cgroup_parent="", accept_missing=""))
