@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 from etils import epath
 
 from agent_r1_jax import workdir as workdir_lib
-from agent_r1_jax.data.synthetic.world import TYPE_LABELS
+from agent_r1_jax.data.synthetic.templates import TYPE_LABELS
 from agent_r1_jax.evaluation.methods import METHODS
 from agent_r1_jax.rollout import EpisodeStop
 from agent_r1_jax.rollout.evaluation import ACTION, OBSERVATION, EpisodeRecord

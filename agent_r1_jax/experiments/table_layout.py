@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from agent_r1_jax.data.synthetic.world import TYPE_LABELS
+from agent_r1_jax.data.synthetic.templates import TYPE_LABELS
 from agent_r1_jax.evaluation.report import DATASET_LABELS
 from agent_r1_jax.experiments import intervals
 

@@ -39,11 +39,10 @@ from ml_collections import config_dict
 from agent_r1_jax import rl
 from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.data.prompts import INSTRUCTION
-from agent_r1_jax.data.sources import DATA_SOURCES
-from agent_r1_jax.rewards import known_data_sources
-from agent_r1_jax.rewards.multihopqa import STYLES as REWARD_STYLES
 # Re-exported: batch_split and rollout_sizing hold what lived here before; callers keep importing it from here.
 from agent_r1_jax.trainer.batch_split import check_batch_split, check_topology_mesh, micro_batches  # noqa: F401
+from agent_r1_jax.trainer.choice_checks import (LR_SCHEDULES, MASK_CHOICES, TASK_SOURCES,  # noqa: F401
+                                                  check_choice_fields)
 from agent_r1_jax.trainer.presets import apply_preset
 from agent_r1_jax.trainer.rollout_sizing import (ENGINES, batch_devices, check_engine, prompts_per_wave,  # noqa: F401
                                                    slots_per_device)
@@ -61,9 +60,6 @@ ALGORITHMS: dict[str, dict] = {
 
 PRESETS = ("tiny", "tiny-mixed", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "smollm2-135m")
 REAL_PRESETS = {"qwen2.5-0.5b": "qwen2_5_0_5b", "qwen2.5-1.5b": "qwen2_5_1_5b", "qwen2.5-3b": "qwen2_5_3b"}
-MASK_CHOICES = ("action", "response")
-TASK_SOURCES = ("synthetic", "multihopqa")
-LR_SCHEDULES = ("constant", "cosine")
 READING_RELATIONS = ("task", "uniform")
 
 
@@ -298,49 +294,9 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   return c
 
 
-def _check_choice(name: str, value, choices) -> None:
-  if value not in choices:
-    raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
-
-
-def _check_registry_fields(c: config_dict.ConfigDict) -> None:
-  """Every field whose value names a registry entry or a fixed choice, each against its valid names."""
-  # Imported here: the tools import bm25s, which runs a JAX computation at import time, and this module is
-  # loaded (with the config file) before `jax.distributed.initialize`, which must precede any backend.
-  from agent_r1_jax.tools import registered_tools  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.tools.python_tool import ISOLATION_MODES  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.tools.sandbox import GUARANTEES  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.tools.wiki_search import RETRIEVER_BACKENDS  # pylint: disable=import-outside-toplevel
-  for name, value, choices in (
-      ("algorithm.loss_mask", c.algorithm.loss_mask, MASK_CHOICES),
-      ("algorithm.advantage_mask", c.algorithm.advantage_mask, MASK_CHOICES),
-      ("algorithm.adv_estimator", c.algorithm.adv_estimator, rl.ADVANTAGE_ESTIMATORS),
-      ("algorithm.kl_penalty", c.algorithm.kl_penalty, rl.KL_PENALTIES),
-      ("algorithm.kl_ctrl", c.algorithm.kl_ctrl, rl.KL_CONTROLLERS),
-      ("algorithm.reward_style", c.algorithm.reward_style, REWARD_STYLES),
-      ("actor.kl_loss_type", c.actor.kl_loss_type, rl.KL_PENALTIES),
-      ("actor.loss_agg_mode", c.actor.loss_agg_mode, rl.LOSS_AGG_MODES),
-      ("critic.loss_agg_mode", c.critic.loss_agg_mode, rl.LOSS_AGG_MODES),
-      ("actor.lr_schedule", c.actor.lr_schedule, LR_SCHEDULES),
-      ("data.source", c.data.source, TASK_SOURCES),
-      ("tool.retriever", c.tool.retriever, RETRIEVER_BACKENDS),
-      ("tool.python.isolation", c.tool.python.isolation, ISOLATION_MODES)):
-    _check_choice(name, value, choices)
-  for tool in c.tool.tools:
-    _check_choice("every entry of tool.tools", tool, registered_tools())
-  for guarantee in filter(None, (name.strip() for name in c.tool.python.accept_missing.split(","))):
-    _check_choice("every comma-separated entry of tool.python.accept_missing", guarantee, GUARANTEES)
-  if c.data.source == "multihopqa":
-    for source in c.data.val_sources:
-      _check_choice("every entry of data.val_sources", source, DATA_SOURCES)
-    unscored = sorted(set(DATA_SOURCES) - set(known_data_sources()))
-    if unscored:
-      raise ValueError(f"no reward function is registered for data source(s) {unscored}")
-
-
 def validate(c: config_dict.ConfigDict) -> None:
   """Raises one ValueError naming the field to change; called before anything is built."""
-  _check_registry_fields(c)
+  check_choice_fields(c)
   if c.init_from and not (workdir_lib.workdir_path(c.init_from).is_dir() if workdir_lib.is_remote(c.init_from)
                           else pathlib.Path(c.init_from).expanduser().is_dir()):
     raise ValueError(f"init_from={c.init_from} is not a directory: point it at a training run's workdir (its "

@@ -34,86 +34,13 @@ import random
 from typing import Mapping, Sequence
 
 from agent_r1_jax.data.synthetic import names
+# The question kinds and templates (RELATION_PHRASES and TYPE_LABELS stay importable from here).
+from agent_r1_jax.data.synthetic.templates import (ANCHOR_KINDS, COMPARISON_TEMPLATES, HOP_KINDS,  # noqa: F401
+                                                   PATH_TEMPLATES, RELATION_PHRASES, TYPE_LABELS)
 
 GENERATOR_VERSION = 1
 DATA_SOURCE = "synthetic_multihop"
 SPLITS = ("train", "validation", "test")
-HOP_KINDS = ("one_hop", "bridge", "compositional", "four_hop", "comparison")
-# The per-type columns of an evaluation (the paper's per-data-set columns in miniature).
-TYPE_LABELS = {"one_hop": "one-hop", "bridge": "bridge", "compositional": "3-hop", "four_hop": "4-hop",
-               "comparison": "comparison"}
-
-# How the expert reads a relation: "the director of X".
-RELATION_PHRASES = {
-    "director": "the director of {}",
-    "release_year": "the release year of {}",
-    "birthplace": "the birthplace of {}",
-    "birth_year": "the birth year of {}",
-    "university": "the university attended by {}",
-    "employer": "the employer of {}",
-    "founder": "the founder of {}",
-    "founding_year": "the founding year of {}",
-    "headquarters": "the headquarters city of {}",
-    "origin": "the home city of {}",
-    "city": "the city of {}",
-    "country": "the country of {}",
-    "capital": "the capital of {}",
-}
-
-# (anchor kind, question template, relation path)
-_PATH_TEMPLATES = {
-    "one_hop": (
-        ("film", "Who directed {}?", ("director",)),
-        ("film", "When was {} released?", ("release_year",)),
-        ("band", "Who founded {}?", ("founder",)),
-        ("company", "In which city is {} headquartered?", ("headquarters",)),
-        ("person", "Where was {} born?", ("birthplace",)),
-        ("person", "Which university did {} attend?", ("university",)),
-    ),
-    "bridge": (
-        ("film", "Where was the director of {} born?", ("director", "birthplace")),
-        ("film", "Which university did the director of {} attend?", ("director", "university")),
-        ("film", "When was the director of {} born?", ("director", "birth_year")),
-        ("band", "Where was the founder of {} born?", ("founder", "birthplace")),
-        ("band", "In which country was {} formed?", ("origin", "country")),
-        ("company", "In which country is {} headquartered?", ("headquarters", "country")),
-        ("company", "When was the founder of {} born?", ("founder", "birth_year")),
-        ("person", "Who founded the company that {} works for?", ("employer", "founder")),
-        ("person", "Where is the company that {} works for headquartered?", ("employer", "headquarters")),
-        ("university", "In which country is {}?", ("city", "country")),
-    ),
-    "compositional": (
-        ("film", "In which country was the director of {} born?", ("director", "birthplace", "country")),
-        ("film", "Who founded the company that employs the director of {}?", ("director", "employer", "founder")),
-        ("band", "In which country was the founder of {} born?", ("founder", "birthplace", "country")),
-        ("company", "In which city is the university attended by the founder of {}?",
-         ("founder", "university", "city")),
-        ("person", "In which country is the company that {} works for headquartered?",
-         ("employer", "headquarters", "country")),
-        ("person", "In which country is the university attended by {}?", ("university", "city", "country")),
-    ),
-    "four_hop": (
-        ("film", "In which country is the company that employs the director of {} headquartered?",
-         ("director", "employer", "headquarters", "country")),
-        ("film", "In which country is the university attended by the director of {}?",
-         ("director", "university", "city", "country")),
-        ("band", "In which country is the university attended by the founder of {}?",
-         ("founder", "university", "city", "country")),
-        ("company", "In which country is the university attended by the founder of {}?",
-         ("founder", "university", "city", "country")),
-        ("person", "In which country was the founder of the company that {} works for born?",
-         ("employer", "founder", "birthplace", "country")),
-    ),
-}
-# (anchor kind, question template with two slots, year relation, "earlier" or "later")
-_COMPARISON_TEMPLATES = (
-    ("film", "Which film was released earlier, {} or {}?", "release_year", "earlier"),
-    ("film", "Which film was released later, {} or {}?", "release_year", "later"),
-    ("person", "Who was born earlier, {} or {}?", "birth_year", "earlier"),
-    ("company", "Which company was founded earlier, {} or {}?", "founding_year", "earlier"),
-    ("band", "Which band was formed later, {} or {}?", "founding_year", "later"),
-)
-_ANCHOR_KINDS = ("person", "film", "band", "company", "university")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,7 +281,7 @@ def _questions_for_split(entities: dict[str, Entity], anchors: dict[str, list[st
       continue
     if kind == "comparison":
       candidates = []
-      templates = [t for t in _COMPARISON_TEMPLATES if len(anchors[t[0]]) >= 2]
+      templates = [t for t in COMPARISON_TEMPLATES if len(anchors[t[0]]) >= 2]
       seen, attempts = set(), 0
       while len(candidates) < need and attempts < 50 * need + 1000:
         attempts += 1
@@ -367,7 +294,7 @@ def _questions_for_split(entities: dict[str, Entity], anchors: dict[str, list[st
         candidates.append(_comparison_question(entities, a, b, template, relation, direction))
     else:
       candidates = [_path_question(entities, anchor, template, relations, kind)
-                    for anchor_kind, template, relations in _PATH_TEMPLATES[kind]
+                    for anchor_kind, template, relations in PATH_TEMPLATES[kind]
                     for anchor in anchors[anchor_kind]]
       rng.shuffle(candidates)
     if len(candidates) < need:
@@ -399,7 +326,7 @@ def generate_world(config: WorldConfig | None = None) -> World:
 
   fractions = config.entity_split
   anchors_by_split: dict[str, dict[str, list[str]]] = {s: {} for s in SPLITS}
-  for kind in _ANCHOR_KINDS:
+  for kind in ANCHOR_KINDS:
     pool = [e.name for e in by_kind[kind]]
     rng.shuffle(pool)
     n_train = int(round(len(pool) * fractions[0] / sum(fractions)))
