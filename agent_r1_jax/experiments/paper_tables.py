@@ -254,7 +254,7 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
     seed_records.setdefault(spec.name, []).append({
         "dir": name, "warmup": m, "seed": k, **timing, "start_sha256": start,
         "starts_from_its_warmup": start == warmups[m]["sha256"],
-        "avg_em": table_layout.row_stats([evaluation])["avg_em"], "summaries": evaluation.summaries})
+        "avg_em": table_layout.average_em(evaluation), "summaries": evaluation.summaries})
 
   reference = run_evals.get("grpo")
   results: dict[str, Any] = {

@@ -39,6 +39,11 @@ def score_matrix(evals: Sequence[SeedEval], keys: Sequence[tuple[str, str]] | No
   return np.array([[e.scores[k] for k in keys] for e in evals], np.float64)
 
 
+def average_em(evaluation: SeedEval) -> float:
+  """One seed run's EM averaged (unweighted) over its data sets."""
+  return sum(s["em"] for s in evaluation.summaries.values()) / len(evaluation.summaries)
+
+
 def row_stats(evals: Sequence[SeedEval], reference: Sequence[SeedEval] | None = None) -> dict[str, Any]:
   """Means over seeds (EM per data set and per question type, the average over data sets, substring accuracy,
   F1, tool calls), each seed's average EM, the bootstrap and t intervals of EM, and the paired difference to
@@ -48,7 +53,7 @@ def row_stats(evals: Sequence[SeedEval], reference: Sequence[SeedEval] | None = 
 
   datasets = list(evals[0].summaries)
   kinds = [k for k in TYPE_LABELS if any(f"em_{k}" in s for e in evals for s in e.summaries.values())]
-  per_seed = [mean("em", e.summaries) for e in evals]
+  per_seed = [average_em(e) for e in evals]
   out: dict[str, Any] = {
       "em": {d: float(np.mean([e.summaries[d]["em"] for e in evals])) for d in datasets},
       "em_type": {k: float(np.mean([np.mean([s[f"em_{k}"] for s in e.summaries.values() if f"em_{k}" in s])
