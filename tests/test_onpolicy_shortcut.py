@@ -21,6 +21,7 @@ from agent_r1_jax import rl
 from agent_r1_jax.models import Qwen2ForCausalLM
 from agent_r1_jax.trainer import learner as lrn
 from agent_r1_jax.trainer import loop
+from agent_r1_jax.trainer import rollout_step
 from test_learner import _batch
 from test_learner import _config
 from test_trainer import micro_config
@@ -146,13 +147,23 @@ class _Spy:
 
 
 def _trainer(tmp_path, algorithm: str = "grpo", **overrides):
-  # The lockstep driver: at this seed its step-1 episodes' rewards differ within a group, so the update has a
-  # non-zero gradient to compare (the slot engine draws other episodes, all scoring alike: a vacuous comparison).
   c = micro_config(algorithm, **{"actor.warmup_steps": 0, "rollout.engine": "lockstep", **overrides})
   return loop.RLTrainer(c, tmp_path)
 
 
-def test_an_on_policy_step_runs_no_old_logprob_pass_and_matches_the_step_with_the_pass(tmp_path):
+@pytest.fixture
+def distinct_scores(monkeypatch):
+  """Row i of every scored batch scores i, so every group's rewards differ and the update's gradient is
+  non-zero whatever the random policy samples (its real scores are often all alike, on some machines at every
+  seed tried: a vacuous comparison)."""
+  real = rollout_step.evaluation.score_batch
+
+  def score_batch(traj, **kwargs):
+    return [dict(s, score=float(i)) for i, s in enumerate(real(traj, **kwargs))]
+  monkeypatch.setattr(rollout_step.evaluation, "score_batch", score_batch)
+
+
+def test_an_on_policy_step_runs_no_old_logprob_pass_and_matches_the_step_with_the_pass(tmp_path, distinct_scores):
   """Catches the shortcut not taken where it applies (the pass still runs), drift / entropy metrics missing or
   not the pass's values, and a shortcut step that trains differently from the same step with the pass."""
   on = _trainer(tmp_path / "on")

@@ -289,7 +289,9 @@ def test_episodes_are_keyed_by_their_global_row(policy):
   explicit = run(SAMPLED_PROMPTS[1:], episode_offset=3)
   assert explicit.group_ids.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
   explicit.group_ids = rest.group_ids
-  assert_same_trajectories(explicit, rest, logprob_atol=0)
+  # Same episodes, token for token; the log-probs only to rounding, since which rows decode together (the width of
+  # the compacted chunks) can follow the tool threads' timing (on an Intel Xeon: 1e-6 in one of 1800).
+  assert_same_trajectories(explicit, rest, logprob_atol=2e-5)
   # Without an offset the same rows draw the first rows' keys: other episodes (the offset is what matched above).
   assert run(SAMPLED_PROMPTS[1:]).response_text != rest.response_text
 
