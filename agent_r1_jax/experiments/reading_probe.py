@@ -16,8 +16,8 @@ first tokens in the final assistant turn; the <answer> copy after it is not the 
 relation of the final hop on three sets:
 
     task       the run's world, held-out test questions (what evaluation asks; the expert searches every hop)
-    one_hop    one-hop questions of a fresh world no warm-up drew (seed + 7000): reading after one observation
-    multi_hop  two-hop questions of another fresh world (seed + 8000): the final read after the second observation
+    one_hop    one-hop questions of a fresh world no warm-up draws: reading after one observation
+    multi_hop  two-hop questions of another such world: the final read after the second observation
 
 `--step=0` probes the policy right after warm-up (every run keeps that checkpoint), so a warm-up recipe can be
 judged in a minute before any RL. Writes `reading_probe_step<k>.json` in the workdir and prints a table.
@@ -36,7 +36,9 @@ import numpy as np
 
 from agent_r1_jax.data.sft import SFTExample
 
-# The fresh worlds' seed offsets: clear of the warm-up's (one-hop practice 1000 + k, multi-hop practice 2000 + k).
+# Offsets of the probe's fresh worlds from the task world's seed, before the reading module adds its own (one-hop
+# 1000 + 1, multi-hop 2000 + 1): seeds + 8001 and + 10001, clear of the warm-up's practice worlds (+ 1001..,
+# + 2001..) for any world count below 6000.
 ONE_HOP_OFFSET = 7000
 MULTI_HOP_OFFSET = 8000
 
