@@ -148,10 +148,10 @@ def probe_sets(c: Any, task: Any, num_questions: int) -> dict[str, list[ProbeIte
   # pylint: disable=import-outside-toplevel
   from agent_r1_jax.data.synthetic import expert_trajectories
   from agent_r1_jax.data.synthetic.reading import multi_hop_reading, one_hop_trajectories
+  from agent_r1_jax.trainer.warmup import practice_env_options
 
   files = task.synthetic_files
-  env_options = dict(top_k=c.tool.top_k, max_tool_response_length=c.env.max_tool_response_length,
-                     assistant_prefix=c.env.assistant_prefix, parallel_tool_calls=c.env.parallel_tool_calls)
+  env_options = practice_env_options(c)
 
   def fresh(offset: int):
     return dataclasses.replace(files.config, seed=files.config.seed + offset)
@@ -172,12 +172,12 @@ def markdown(results: Mapping[str, Mapping[str, Sequence[int]]]) -> str:
   names = list(results)
   relations = sorted({r for counts in results.values() for r in counts})
   lines = ["| relation | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+  totals = {name: [sum(v[0] for v in counts.values()), sum(v[1] for v in counts.values())]
+            for name, counts in results.items()}
   for r in relations + ["all"]:
     cells = []
     for name in names:
-      counts = results[name]
-      right, n = (sum(v[0] for v in counts.values()), sum(v[1] for v in counts.values())) if r == "all" \
-          else counts.get(r, (0, 0))
+      right, n = totals[name] if r == "all" else results[name].get(r, (0, 0))
       cells.append(f"{right}/{n} ({right / n:.2f})" if n else "")
     lines.append(f"| {r} | " + " | ".join(cells) + " |")
   return "\n".join(lines)

@@ -76,8 +76,7 @@ def synthetic_examples(c: config_dict.ConfigDict, task: Any) -> tuple[list, list
 
   trajs = expert_trajectories(files, "train", guess_rate=c.sft.expert_guess_rate, guess_at=c.sft.expert_guess_at,
                               seed=c.seed, env=task.env)
-  env_options = dict(top_k=c.tool.top_k, max_tool_response_length=c.env.max_tool_response_length,
-                     assistant_prefix=c.env.assistant_prefix, parallel_tool_calls=c.env.parallel_tool_calls)
+  env_options = practice_env_options(c)
   mix = task_relation_mix(files.questions("train")) if c.sft.reading_relations == "task" else None
   if c.sft.reading_worlds and c.sft.reading_questions:
     trajs += one_hop_trajectories(files.config, worlds=c.sft.reading_worlds, seed=c.seed,
@@ -92,6 +91,13 @@ def synthetic_examples(c: config_dict.ConfigDict, task: Any) -> tuple[list, list
     reading = multi_hop_reading(files.config, worlds=c.sft.multi_hop_worlds, per_world=c.sft.multi_hop_questions,
                                 seed=c.seed, env_options=env_options)
   return examples, rag_examples, tokenized(reading)
+
+
+def practice_env_options(c: config_dict.ConfigDict) -> dict:
+  """The search env options of the fresh practice worlds (`data.synthetic.reading`): the run's own retrieval
+  depth and observation framing, so practice episodes read like the task's."""
+  return dict(top_k=c.tool.top_k, max_tool_response_length=c.env.max_tool_response_length,
+              assistant_prefix=c.env.assistant_prefix, parallel_tool_calls=c.env.parallel_tool_calls)
 
 
 def copy_drill(c: config_dict.ConfigDict, task: Any, count: int) -> list:
