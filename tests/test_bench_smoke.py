@@ -20,6 +20,9 @@ RATIO = r"\d+\.\d+x"
 RATIO_LINES = {
     "advantages": [rf"^GAE\s+jit scan\s.*\s{RATIO}\s", rf"^GRPO\s+jit\s.*\s{RATIO}\s",
                    rf"best jitted GAE is {RATIO} faster"],
+    # Against the device's copy bandwidth and matmul rate measured in the same run: roofline fractions.
+    "decode_roofline": [r"^baselines: copy bandwidth [\d.]+ GB/s \(read \+ write\), bf16 matmul [\d.]+ TFLOP/s$",
+                        r"^\| 2 \| \d+ \| [\d.]+ \| \d+ \| [\d.]+ \| [\d.]+ \([\d.]+\) \| [\d.]+ \| [\d.]+ \|$"],
     "learner": [rf"^\s+update:\s+ours .*\| ratio\s+{RATIO}", rf"^\s+log-prob: ours .*\| ratio\s+{RATIO}",
                 rf"^\s+on-policy step .*\| shortcut: .*\| ratio\s+{RATIO}",
                 rf"^\| smoke .* \| [\d.]+ ms \| [\d.]+ ms \| {RATIO} \|$"],
