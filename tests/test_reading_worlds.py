@@ -9,9 +9,10 @@ import pytest
 
 from agent_r1_jax.data.synthetic import WorldConfig, generate_world
 from agent_r1_jax.data.synthetic.world import RELATION_PHRASES
-from agent_r1_jax.data.synthetic.reading import (fresh_world_configs, held_out_one_hop, multi_hop_reading,
-                                                 naive_rag_examples, one_hop_questions, one_hop_trajectories,
-                                                 relation_counts, task_relation_mix)
+from agent_r1_jax.data.synthetic.reading import (blended_relation_mix, fresh_world_configs, held_out_one_hop,
+                                                 multi_hop_reading, naive_rag_examples, one_hop_questions,
+                                                 one_hop_trajectories, relation_counts, relation_fact_counts,
+                                                 task_relation_mix)
 
 CONFIG = WorldConfig.create(num_train=50, num_validation=10, num_test=10)
 ENV = dict(top_k=2, max_tool_response_length=600)
@@ -58,6 +59,25 @@ def test_the_task_mix_counts_every_hop_of_every_question():
                {"hops": [{"relation": "employer"}, {"relation": "headquarters"}]}]
   assert task_relation_mix(questions) == {"employer": 2, "founder": 1, "director": 1, "birth_year": 1,
                                           "headquarters": 1}
+
+
+def test_the_blended_mix_keeps_the_task_share_and_gives_every_stated_relation_a_floor():
+  """Task hops 3 employer : 1 founder, facts 2 employer : 1 founder : 1 release_year, share 1/4:
+  employer 3/4 * 3/4 + 1/4 * 2/4 = 0.6875, founder 3/4 * 1/4 + 1/4 * 1/4 = 0.25, release_year 1/4 * 1/4."""
+  mix = blended_relation_mix({"employer": 3, "founder": 1}, {"employer": 2, "founder": 1, "release_year": 1}, 0.25)
+  assert mix == pytest.approx({"employer": 0.6875, "founder": 0.25, "release_year": 0.0625})
+  assert blended_relation_mix({"a": 2}, {"a": 1, "b": 1}, 0.0) == {"a": 1.0, "b": 0.0}
+  assert blended_relation_mix({"a": 2}, {"a": 1, "b": 3}, 1.0) == {"a": 0.25, "b": 0.75}
+  with pytest.raises(ValueError, match="uniform_share"):
+    blended_relation_mix({"a": 1}, {"a": 1}, 1.5)
+
+
+def test_fact_counts_are_what_a_uniform_draw_over_every_fact_samples_from():
+  world = generate_world(fresh_world_configs(CONFIG, 1)[0])
+  counts = relation_fact_counts(world)
+  everything = one_hop_questions(world, sum(counts.values()), seed=1)  # the uniform draw of every fact
+  asked = [q["hops"][0]["relation"] for q in everything]
+  assert counts == {r: asked.count(r) for r in set(asked)}
 
 
 def test_a_relation_mix_sets_how_often_each_relation_is_asked():

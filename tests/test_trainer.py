@@ -331,10 +331,14 @@ def test_warmup_adds_naive_rag_examples_from_the_same_fresh_worlds(tmp_path):
             for w, r in ((2, 0), (2, 10), (0, 10))}
   assert counts[2, 0] == counts[0, 10]
   assert counts[2, 0] + 15 <= counts[2, 10] <= counts[2, 0] + 20
-  for field, bad in (("rag_questions", -1), ("reading_relations", "all"), ("adam_b2", 1.0)):
+  for field, bad in (("rag_questions", -1), ("reading_relations", "all"), ("adam_b2", 1.0),
+                     ("reading_uniform_share", 1.5)):
     c = micro_config("grpo", **{"sft.enabled": True, f"sft.{field}": bad})
     with pytest.raises(ValueError, match=f"sft.{field}"):
       config_lib.validate(c)
+  c = micro_config("grpo", **{"sft.enabled": True, "sft.reading_relations": "uniform", "sft.reading_uniform_share": 0.5})
+  with pytest.raises(ValueError, match="sft.reading_relations='task'"):
+    config_lib.validate(c)
 
 
 def test_sft_stage_spec_is_parsed_or_refused_with_one_message():

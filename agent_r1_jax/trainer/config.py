@@ -268,6 +268,10 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # "task": in the proportions the task's training questions read them, hop by hop (more employers read from
   # a person's passage, no release years; see data.synthetic.reading.task_relation_mix).
   c.sft.reading_relations = "uniform"
+  # With "task": this share s of the weights is spread over the relations as the uniform draw would, the rest
+  # kept in the task's proportions: w_r = (1 - s) task_r + s uniform_r, so every relation the world states is
+  # practised (data.synthetic.reading.blended_relation_mix).
+  c.sft.reading_uniform_share = 0.0
   # ... and as many naive-RAG examples per fresh world (passages in the user turn, one answering turn; see
   # data.rag): the format of evaluate's naive_rag baseline, which an instruct model reads untaught.
   c.sft.rag_questions = 0
@@ -341,6 +345,12 @@ def validate(c: config_dict.ConfigDict) -> None:
     parse_stages(c.sft.stages)
     if c.sft.reading_relations not in READING_RELATIONS:
       raise ValueError(f"sft.reading_relations must be one of {READING_RELATIONS}, got {c.sft.reading_relations!r}")
+    share = c.sft.reading_uniform_share
+    if not isinstance(share, (int, float)) or not 0 <= share <= 1:
+      raise ValueError(f"sft.reading_uniform_share must be a number in [0, 1], got {share!r}")
+    if share and c.sft.reading_relations != "task":
+      raise ValueError(f"sft.reading_uniform_share={share} blends the task's relation mix with the uniform one: "
+                       f"set sft.reading_relations='task' or the share to 0")
     for name in ("reading_worlds", "reading_questions", "rag_questions", "multi_hop_worlds", "multi_hop_questions"):
       if not isinstance(c.sft[name], int) or c.sft[name] < 0:
         raise ValueError(f"sft.{name} must be an integer >= 0, got {c.sft[name]!r}")

@@ -18,8 +18,8 @@ from agent_r1_jax.data.sft import tokenize_trajectory
 from agent_r1_jax.data.supporting_facts_expert import supporting_facts_trajectories
 from agent_r1_jax.data.synthetic import expert_trajectories, held_out_entities, sft_examples
 from agent_r1_jax.data.synthetic.copy_drill import copy_drill_examples
-from agent_r1_jax.data.synthetic.reading import (multi_hop_reading, naive_rag_examples, one_hop_trajectories,
-                                                 task_relation_mix)
+from agent_r1_jax.data.synthetic.reading import (blended_relation_mix, multi_hop_reading, naive_rag_examples,
+                                                 one_hop_trajectories, relation_fact_counts, task_relation_mix)
 from agent_r1_jax.trainer import sft as sft_lib
 
 
@@ -77,7 +77,7 @@ def synthetic_examples(c: config_dict.ConfigDict, task: Any) -> tuple[list, list
   trajs = expert_trajectories(files, "train", guess_rate=c.sft.expert_guess_rate, guess_at=c.sft.expert_guess_at,
                               seed=c.seed, env=task.env)
   env_options = practice_env_options(c)
-  mix = task_relation_mix(files.questions("train")) if c.sft.reading_relations == "task" else None
+  mix = reading_relation_mix(c, files)
   if c.sft.reading_worlds and c.sft.reading_questions:
     trajs += one_hop_trajectories(files.config, worlds=c.sft.reading_worlds, seed=c.seed,
                                   per_world=c.sft.reading_questions, env_options=env_options, relation_mix=mix)
@@ -91,6 +91,18 @@ def synthetic_examples(c: config_dict.ConfigDict, task: Any) -> tuple[list, list
     reading = multi_hop_reading(files.config, worlds=c.sft.multi_hop_worlds, per_world=c.sft.multi_hop_questions,
                                 seed=c.seed, env_options=env_options)
   return examples, rag_examples, tokenized(reading)
+
+
+def reading_relation_mix(c: config_dict.ConfigDict, files: Any) -> dict[str, float] | None:
+  """The relation weights of the fresh-world reading questions (`sft.reading_relations`,
+  `sft.reading_uniform_share`); None for a uniform draw over facts. The fresh worlds have the task world's
+  size, so the task world's fact counts stand for theirs."""
+  if c.sft.reading_relations == "uniform":
+    return None
+  task_mix = task_relation_mix(files.questions("train"))
+  if not c.sft.reading_uniform_share:
+    return task_mix
+  return blended_relation_mix(task_mix, relation_fact_counts(files.world()), c.sft.reading_uniform_share)
 
 
 def practice_env_options(c: config_dict.ConfigDict) -> dict:

@@ -59,6 +59,29 @@ def task_relation_mix(questions: Sequence[Mapping]) -> dict[str, int]:
   return dict(collections.Counter(hop["relation"] for q in questions for hop in q["hops"]))
 
 
+def relation_fact_counts(world: World) -> dict[str, int]:
+  """How many askable facts `world` states per relation: the relation mix of a uniform draw over its facts."""
+  return dict(collections.Counter(r for entity in world.entities.values() for r in entity.attrs if r in _ASKABLE))
+
+
+def blended_relation_mix(task_mix: Mapping[str, float], fact_counts: Mapping[str, float],
+                         uniform_share: float) -> dict[str, float]:
+  """The task's relation mix with a share of every relation's weight spread as a uniform draw over facts would.
+
+  w_r = (1 - s) * t_r / sum(t) + s * f_r / sum(f), with t the task's hop counts (`task_relation_mix`), f the
+  facts per relation (`relation_fact_counts`) and s = `uniform_share` in [0, 1]: s = 0 is the task's mix, s = 1
+  the uniform one. For s > 0 every relation the world states gets weight >= s * f_r / sum(f), so relations
+  the task reads rarely or never (years of founding or release) are still practised, while those it reads
+  most (employers, countries) keep most of their share.
+  """
+  if not 0.0 <= uniform_share <= 1.0:
+    raise ValueError(f"uniform_share must be in [0, 1], got {uniform_share!r}")
+  task_total, fact_total = sum(task_mix.values()), sum(fact_counts.values())
+  relations = sorted(set(task_mix) | set(fact_counts))
+  return {r: (1.0 - uniform_share) * task_mix.get(r, 0) / task_total + uniform_share * fact_counts.get(r, 0) / fact_total
+          for r in relations}
+
+
 def relation_counts(weights: Mapping[str, float], available: Mapping[str, int], count: int) -> dict[str, int]:
   """`count` split over the relations in proportion to `weights`, none above its `available` facts.
 
