@@ -57,7 +57,8 @@ This notebook runs the whole Agent-R1 pipeline (arXiv:2511.14460) on the offline
 - `full` (default) trains the tiny default to the end: the README's main command,
   `python -m agent_r1_jax.train --config=configs/grpo_multihopqa.py`. The policy learns to call its search tool
   (0 to 2 calls per episode) and held-out exact match (greedy, 64 test questions) rises from near 0 after warm-up
-  to 0.72-0.94 on the four generated worlds the README measured (one machine; others round differently). The
+  to 0.56-1.00 over the five seeds and worlds the README measured (four of them 0.89 or more; one machine,
+  others round differently). The
   README also gives the command's wall time on 2-core CPUs with their float32 matmul rates; its time on a Colab GPU or
   TPU runtime has not been measured.
 - `micro` runs every code path of the notebook at the smallest size (one step of each warm-up stage, 2 GRPO steps
@@ -251,7 +252,7 @@ run_streamed([sys.executable, "-m", "agent_r1_jax.train", "--config=configs/grpo
 `curves.png` is the trainer's own figure (`trainer/reporting.py`, drawn from `metrics.jsonl` and
 `summary.json`): training reward and EM per RL step, greedy validation and held-out EM, and tool calls per
 episode. The second figure reads the learner's side of `metrics.jsonl`. At the `full` budget the held-out EM
-rises from near 0 to 0.72-0.94 and tool calls from 0 to 2 per episode; at `micro` the curves are two flat
+rises from near 0 to 0.56-1.00 (README) and tool calls from 0 to 2 per episode; at `micro` the curves are two flat
 points.
 """),
     ("code", """
