@@ -336,7 +336,8 @@ def test_warmup_adds_naive_rag_examples_from_the_same_fresh_worlds(tmp_path):
     c = micro_config("grpo", **{"sft.enabled": True, f"sft.{field}": bad})
     with pytest.raises(ValueError, match=f"sft.{field}"):
       config_lib.validate(c)
-  c = micro_config("grpo", **{"sft.enabled": True, "sft.reading_relations": "uniform", "sft.reading_uniform_share": 0.5})
+  c = micro_config("grpo", **{"sft.enabled": True, "sft.reading_relations": "uniform",
+                              "sft.reading_uniform_share": 0.5})
   with pytest.raises(ValueError, match="sft.reading_relations='task'"):
     config_lib.validate(c)
 

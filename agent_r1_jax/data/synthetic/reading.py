@@ -78,8 +78,8 @@ def blended_relation_mix(task_mix: Mapping[str, float], fact_counts: Mapping[str
     raise ValueError(f"uniform_share must be in [0, 1], got {uniform_share!r}")
   task_total, fact_total = sum(task_mix.values()), sum(fact_counts.values())
   relations = sorted(set(task_mix) | set(fact_counts))
-  return {r: (1.0 - uniform_share) * task_mix.get(r, 0) / task_total + uniform_share * fact_counts.get(r, 0) / fact_total
-          for r in relations}
+  s = uniform_share
+  return {r: (1.0 - s) * task_mix.get(r, 0) / task_total + s * fact_counts.get(r, 0) / fact_total for r in relations}
 
 
 def relation_counts(weights: Mapping[str, float], available: Mapping[str, int], count: int) -> dict[str, int]:
