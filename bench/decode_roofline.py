@@ -81,14 +81,15 @@ def model_config(args) -> Qwen2Config:
 
 
 def weight_counts(cfg: Qwen2Config) -> tuple[int, int]:
-  """(every parameter, the parameters inside matmuls: projections, MLPs and the LM head)."""
-  d, hd = cfg.hidden_size, cfg.head_dim
-  attn = d * cfg.num_attention_heads * hd * 2 + d * cfg.num_key_value_heads * hd * 2
-  mlp = 3 * d * cfg.intermediate_size
-  per_layer = attn + mlp
-  head = cfg.vocab_size * d
-  total = cfg.num_hidden_layers * (per_layer + 2 * d) + head * (1 if cfg.tie_word_embeddings else 2) + d
-  return total, cfg.num_hidden_layers * per_layer + head
+  """(every parameter, `Qwen2Config.num_params`; those inside matmuls: all but the norms, the q/k/v biases and
+  an untied embedding table, which is only gathered from)."""
+  total = cfg.num_params()
+  kv = cfg.num_key_value_heads * cfg.head_dim
+  biases = (cfg.num_attention_heads * cfg.head_dim + 2 * kv) if cfg.attention_bias else 0
+  outside = cfg.num_hidden_layers * (2 * cfg.hidden_size + biases) + cfg.hidden_size
+  if not cfg.tie_word_embeddings:
+    outside += cfg.vocab_size * cfg.hidden_size
+  return total, total - outside
 
 
 def measure(graphdef, params, cfg: Qwen2Config, *, batch: int, prompt: int, new: int, repeats: int,
