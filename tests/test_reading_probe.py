@@ -1,5 +1,5 @@
-"""The reading probe: the read span, the teacher-forced check's alignment, the sets it plays, and its JAX
-predictions against transformers' PyTorch model."""
+"""The final read (`trainer.final_read`) and the reading probe: the read span, the teacher-forced check's
+alignment, the sets it plays, and its JAX predictions against transformers' PyTorch model."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from agent_r1_jax.data.sft import SFTExample
-from agent_r1_jax.experiments import reading_probe as rp
+from agent_r1_jax.experiments import reading_probe
+from agent_r1_jax.trainer import final_read as rp
 from agent_r1_jax.models import load_hf_checkpoint
 from reference_models import random_hf_checkpoint
 
@@ -99,7 +100,7 @@ def test_probe_sets_read_each_questions_answer_inside_the_final_turn():
   c.data.synthetic.update(dict(num_train=50, num_validation=10, num_test=10))
   task = build_task(c)
   tok = task.tokenizer
-  sets = rp.probe_sets(c, task, num_questions=10)
+  sets = reading_probe.probe_sets(c, task, num_questions=10)
   assert set(sets) == {"task", "one_hop", "multi_hop"}
   for name, items in sets.items():
     assert 7 <= len(items) <= 10, name  # episodes whose retrieval missed a value are dropped
