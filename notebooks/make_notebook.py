@@ -17,8 +17,8 @@ import textwrap
 NOTEBOOK_PATH = pathlib.Path(__file__).with_name("agent_r1_jax_tiny.ipynb")
 
 # The budget "micro": the smallest run that still executes every code path of the notebook (each warm-up stage
-# and its data sources, RL steps with validation, held-out evaluation before and after RL, the curves and the HF
-# export). CI executes the notebook at this budget (tests/test_notebook.py).
+# and its data sources, the read check and one extra round, RL steps with validation, held-out evaluation before
+# and after RL, the curves and the HF export). CI executes the notebook at this budget (tests/test_notebook.py).
 TINY_MICRO_OVERRIDES = (
     "--config.sft.stages=copy:1:4,1:1:4,2:1:4,all:1:4",
     "--config.sft.reading_worlds=1",
@@ -26,6 +26,9 @@ TINY_MICRO_OVERRIDES = (
     "--config.sft.rag_questions=2",
     "--config.sft.multi_hop_worlds=1",
     "--config.sft.multi_hop_questions=4",
+    "--config.sft.read_check_questions=4",
+    "--config.sft.extra_stage=all:1:4",
+    "--config.sft.extra_rounds=1",
     "--config.trainer.total_steps=2",
     "--config.trainer.batch_size=2",
     "--config.actor.micro_batch_size_per_device=5",

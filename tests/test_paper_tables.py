@@ -14,7 +14,7 @@ from agent_r1_jax.evaluation import pipeline
 from agent_r1_jax.experiments import paper_tables
 
 # The tiny preset shrunk to seconds: a 1-layer 32-wide model, a small world, a 2-step warm-up without the
-# drill and the fresh worlds, 2 RL steps of 4 rows.
+# drill, the fresh worlds and the read check, 2 RL steps of 4 rows.
 MICRO = {
     "model.hidden_size": 32, "model.intermediate_size": 64, "model.num_hidden_layers": 1,
     "model.num_attention_heads": 2, "model.num_key_value_heads": 1,
@@ -24,6 +24,7 @@ MICRO = {
     "trainer.eval_num_examples": 4, "trainer.eval_batch_size": 4, "trainer.progress_bar": False,
     "actor.micro_batch_size_per_device": 2, "critic.micro_batch_size_per_device": 2,
     "sft.stages": "1:2:4", "sft.reading_worlds": 0, "sft.rag_questions": 0, "sft.multi_hop_worlds": 0,
+    "sft.min_read_accuracy": 0.0,
 }
 RUNS = ("grpo", "ppo", "ppo_no_masks")
 SEEDS = 2

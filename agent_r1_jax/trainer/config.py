@@ -280,6 +280,15 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # of the read after the last observation that leaves the decision to search to the task world's episodes.
   c.sft.multi_hop_worlds = 0
   c.sft.multi_hop_questions = 800
+  # The read check (synthetic task; trainer/read_gate.py): after the stages, the teacher-forced final read on the
+  # first `sft.read_check_questions` validation questions; while fewer than `sft.min_read_accuracy` of them are
+  # right, up to `sft.extra_rounds` more rounds of `sft.extra_stage`, each with a fresh AdamW and cosine cycle
+  # peaking at `sft.extra_lr`. 0: no check.
+  c.sft.min_read_accuracy = 0.0
+  c.sft.read_check_questions = 200              # validation questions whose expert episodes the check reads
+  c.sft.extra_stage = "all:400:16"              # stages of one extra round (`sft.stages` syntax, no `copy`)
+  c.sft.extra_rounds = 2                        # most extra rounds before RL starts anyway
+  c.sft.extra_lr = 1e-3                         # peak lr of each extra round's warm-up + cosine cycle
 
   # ---- mesh --------------------------------------------------------------------------------------------
   c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
@@ -356,8 +365,29 @@ def validate(c: config_dict.ConfigDict) -> None:
         raise ValueError(f"sft.{name} must be an integer >= 0, got {c.sft[name]!r}")
     if not isinstance(c.sft.adam_b2, (int, float)) or not 0 < c.sft.adam_b2 < 1:
       raise ValueError(f"sft.adam_b2 must be a number in (0, 1) (AdamW's second-moment decay), got {c.sft.adam_b2!r}")
+    _check_read_check(c)
   if c.rollout.max_context_length < c.rollout.max_prompt_length + 1:
     raise ValueError("rollout.max_context_length must exceed rollout.max_prompt_length")
+
+
+def _check_read_check(c: config_dict.ConfigDict) -> None:
+  """The warm-up's read check (`sft.min_read_accuracy` and the fields it uses; trainer/read_gate.py)."""
+  threshold = c.sft.min_read_accuracy
+  if not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+    raise ValueError(f"sft.min_read_accuracy must be a number in [0, 1] (0: no read check), got {threshold!r}")
+  if not threshold:
+    return
+  if c.data.source != "synthetic":
+    raise ValueError(f"sft.min_read_accuracy={threshold} needs the synthetic task (its scripted expert plays the "
+                     f"checked episodes); with data.source={c.data.source!r} set it to 0")
+  for name in ("read_check_questions", "extra_rounds"):
+    if not isinstance(c.sft[name], int) or c.sft[name] < 1:
+      raise ValueError(f"sft.{name} must be an integer >= 1 with the read check on, got {c.sft[name]!r}")
+  if not isinstance(c.sft.extra_lr, (int, float)) or not c.sft.extra_lr > 0:
+    raise ValueError(f"sft.extra_lr must be a number > 0, got {c.sft.extra_lr!r}")
+  if any(stage.is_copy_drill for stage in parse_stages(c.sft.extra_stage)):
+    raise ValueError(f"sft.extra_stage={c.sft.extra_stage!r} has a 'copy' stage; the extra rounds train on episodes "
+                     f"(e.g. 'all:400:16')")
 
 
 def _check_dry_run_fields(c: config_dict.ConfigDict) -> None:

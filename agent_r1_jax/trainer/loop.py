@@ -42,7 +42,7 @@ from agent_r1_jax.sampling import SamplingParams
 from agent_r1_jax.trainer import actor_checkpoint, assets, backend, build
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import dry_run as dry_run_lib
-from agent_r1_jax.trainer import reporting, sft as sft_lib, task as task_lib
+from agent_r1_jax.trainer import read_gate, reporting, sft as sft_lib, task as task_lib
 from agent_r1_jax.trainer import warmup as warmup_lib
 from agent_r1_jax.trainer import wandb_logging
 from agent_r1_jax.trainer.checkpointing import Checkpointer, Preemption
@@ -141,20 +141,48 @@ class RLTrainer(RolloutStepMixin):
   # ---- warm-up and evaluation -------------------------------------------------------------------------
 
   def warmup(self, log) -> None:
-    """Supervised warm-up (trainer/sft.py) on the expert episodes of `warmup.warmup_data`; afterwards the optimizer
-    state restarts and the reference and the critic's backbone become the warmed-up actor."""
+    """Supervised warm-up (trainer/sft.py) on the expert episodes of `warmup.warmup_data`, with extra rounds while
+    its read check fails (trainer/read_gate.py, `sft.min_read_accuracy`); afterwards the optimizer state
+    restarts and the reference and the critic's backbone become the warmed-up actor."""
     c, tok = self.c, self.task.tokenizer
     t0 = time.perf_counter()
     stages = sft_lib.parse_stages(c.sft.stages)
     data = warmup_lib.warmup_data(c, self.task, stages, verbose=self.is_chief)
     examples, rag_examples, reading_examples = data.examples, data.rag_examples, data.reading_examples
-    params = sft_lib.run_sft(
-        self.actor_graphdef, self.state["actor"], examples, stages=stages, drill_examples=data.drill,
-        single_turn_examples=rag_examples, reading_examples=reading_examples,
-        lr=c.sft.lr, warmup_steps=c.sft.warmup_steps, weight_decay=c.sft.weight_decay, adam_b2=c.sft.adam_b2,
-        prompt_length=data.prompt_length, response_length=c.rollout.max_response_length,
-        pad_id=int(tok.pad_token_id), seed=c.seed, length_multiple=c.trainer.length_multiple or None, log_fn=log,
-        logits_chunk_size=c.sft.logits_chunk_size)
+
+    def train(params, stages, *, lr, seed, first_step):
+      return sft_lib.run_sft(
+          self.actor_graphdef, params, examples, stages=stages, drill_examples=data.drill,
+          single_turn_examples=rag_examples, reading_examples=reading_examples,
+          lr=lr, warmup_steps=c.sft.warmup_steps, weight_decay=c.sft.weight_decay, adam_b2=c.sft.adam_b2,
+          prompt_length=data.prompt_length, response_length=c.rollout.max_response_length,
+          pad_id=int(tok.pad_token_id), seed=seed, length_multiple=c.trainer.length_multiple or None,
+          log_fn=None if log is None else lambda step, metrics: log(first_step + step, metrics),
+          logits_chunk_size=c.sft.logits_chunk_size)
+
+    params = train(self.state["actor"], stages, lr=c.sft.lr, seed=c.seed, first_step=0)
+    if c.sft.min_read_accuracy:
+      planned = sum(stage.steps for stage in stages)
+      extra = sft_lib.parse_stages(c.sft.extra_stage)
+      per_round = sum(stage.steps for stage in extra)
+
+      def train_round(params, index):
+        return train(params, extra, lr=c.sft.extra_lr, seed=(c.seed, index),
+                     first_step=planned + (index - 1) * per_round)
+
+      items = read_gate.validation_items(c, self.task)
+
+      def check(params, rounds):
+        result = read_gate.measure(self.actor_graphdef, params, items, rounds)
+        if self.is_chief:
+          print(f"\nwarm-up read check after {rounds} extra round(s): {result.right}/{result.total} validation "
+                f"reads right ({result.accuracy:.3f}; needed {c.sft.min_read_accuracy})", flush=True)
+        return result
+
+      params, checks = read_gate.train_until_reading(params, check=check, train_round=train_round,
+                                                     min_accuracy=c.sft.min_read_accuracy,
+                                                     max_rounds=c.sft.extra_rounds)
+      self.meta["sft_read_checks"] = [done.to_dict() for done in checks]
     self._start_policy(params)
     self.meta.update(sft_seconds=time.perf_counter() - t0,
                      sft_examples=len(examples) + len(rag_examples) + len(reading_examples),
@@ -331,6 +359,8 @@ class RLTrainer(RolloutStepMixin):
       final_eval = self.evaluate(self.task.test, max_examples=c.trainer.eval_num_examples)
     final_eval, records = final_eval
     summary = {"before_rl": self.meta.get("initial_eval", {}), "after_rl": final_eval}
+    if "sft_read_checks" in self.meta:
+      summary["warmup_read_checks"] = self.meta["sft_read_checks"]
     if self.is_chief:
       (self.workdir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
       reporting.write_samples(self.workdir / "samples.jsonl", records[:50])

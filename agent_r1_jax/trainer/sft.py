@@ -147,7 +147,7 @@ class _Batches:
 
 def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], *, stages: Sequence[Stage],
             lr: float, warmup_steps: int, weight_decay: float, prompt_length: int, response_length: int,
-            pad_id: int, seed: int, length_multiple: int | None = 64, log_fn=None,
+            pad_id: int, seed: int | tuple[int, ...], length_multiple: int | None = 64, log_fn=None,
             drill_examples: Sequence[Any] = (), single_turn_examples: Sequence[Any] = (),
             reading_examples: Sequence[Any] = (), adam_b2: float = 0.999, logits_chunk_size: int = 0) -> nnx.State:
   """Runs the warm-up `stages` in order and returns the trained parameters (see the module docstring).
@@ -159,7 +159,8 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
   the others), each in batches of their own. Each batch is padded only to its own length bucket
   (`length_multiple`; None pads to the full P and R). AdamW uses `adam_b2` as its second-moment decay.
   `log_fn(step, metrics)` receives the global step (0-based), the loss, the gradient norm and the stage's
-  `sft/turns` (-1 for the copy drill). `logits_chunk_size` bounds the LM head's `[B, C, V]` block (see
+  `sft/turns` (-1 for the copy drill). `seed` (an int or a tuple of ints) seeds the batch draws.
+  `logits_chunk_size` bounds the LM head's `[B, C, V]` block (see
   `sft_loss`).
   """
   if not examples:
