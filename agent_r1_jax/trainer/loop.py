@@ -161,7 +161,10 @@ class RLTrainer(RolloutStepMixin):
           logits_chunk_size=c.sft.logits_chunk_size)
 
     params = train(self.state["actor"], stages, lr=c.sft.lr, seed=c.seed, first_step=0)
-    if c.sft.min_read_accuracy:
+    if c.sft.min_read_accuracy and not read_gate.applies(c) and self.is_chief:
+      print(f"warm-up read check skipped: it reads the synthetic expert's episodes, and data.source="
+            f"{c.data.source!r}", flush=True)
+    if read_gate.applies(c):
       planned = sum(stage.steps for stage in stages)
       extra = sft_lib.parse_stages(c.sft.extra_stage)
       per_round = sum(stage.steps for stage in extra)

@@ -18,6 +18,10 @@ missing:
 The check is teacher-forced (`trainer.final_read`), reads validation questions only (never the test split), and
 draws no random numbers: a warm-up that already reads trains exactly as it would without the check. Every
 measurement is kept (`ReadCheck`) and lands in the run's summary.
+
+The check needs the synthetic task: its scripted expert writes the read value in the final thought. On real
+data (`data.source='multihopqa'`) the supporting-facts expert's final turn reads nothing before its answer, so
+there the warm-up runs without the check whatever `sft.min_read_accuracy` says (`applies`), and says so.
 """
 
 from __future__ import annotations
@@ -47,6 +51,11 @@ class ReadCheck:
 
   def to_dict(self) -> dict[str, float]:
     return dict(rounds=self.rounds, right=self.right, total=self.total, accuracy=self.accuracy)
+
+
+def applies(c: config_dict.ConfigDict) -> bool:
+  """Whether the warm-up checks the read: a bar above 0 and the synthetic task (see the module docstring)."""
+  return bool(c.sft.min_read_accuracy) and c.data.source == "synthetic"
 
 
 def validation_items(c: config_dict.ConfigDict, task: Any) -> list[final_read.ProbeItem]:
