@@ -76,7 +76,7 @@ def test_bad_read_check_settings_are_refused_with_one_message(field, value, mess
 
 
 def test_real_data_warms_up_without_the_check_the_preset_asks_for(tmp_path):
-  """The tiny preset's bar (0.8) must not break a real-data config (e.g. `evaluate` with the tiny model): the
+  """The tiny preset's bar (0.9) must not break a real-data config (e.g. `evaluate` with the tiny model): the
   check reads the synthetic expert's thought, so on `data.source='multihopqa'` it is off, even with the extra
   round's own fields invalid, while the same settings on the synthetic task are checked and refused."""
   settings = {"sft.enabled": True, "sft.min_read_accuracy": 0.8, "data.prepared_dir": str(tmp_path),
