@@ -60,8 +60,8 @@ This notebook runs the whole Agent-R1 pipeline (arXiv:2511.14460) on the offline
 - `full` (default) trains the tiny default to the end: the README's main command,
   `python -m agent_r1_jax.train --config=configs/grpo_multihopqa.py`. The policy learns to call its search tool
   (0 to 2 calls per episode) and held-out exact match (greedy, 64 test questions) rises from near 0 after warm-up
-  to 0.56-1.00 over the five seeds and worlds the README measured (four of them 0.89 or more; one machine,
-  others round differently). The
+  to 0.89-1.00 over the five seeds and worlds the README measured (one machine, others round differently;
+  a warm-up that fails its read check trains extra rounds, about 4 minutes each on that machine). The
   README also gives the command's wall time on 2-core CPUs with their float32 matmul rates; its time on a Colab GPU or
   TPU runtime has not been measured.
 - `micro` runs every code path of the notebook at the smallest size (one step of each warm-up stage, 2 GRPO steps
