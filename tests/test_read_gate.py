@@ -52,11 +52,14 @@ def test_measure_counts_the_reads_the_model_reproduces(tmp_path):
   value = greedy[1:3]
   wrong = greedy[:2] + [(greedy[2] + 1) % 97] + greedy[3:]
   items = [final_read.ProbeItem(SFTExample(prompt, np.asarray(response, np.int32), np.ones(4, np.int32)),
-                                tuple(response[1:3]), "birth_year") for response in (greedy, wrong)]
+                                tuple(response[1:3]), relation)
+           for response, relation in ((greedy, "birth_year"), (wrong, "founder"))]
   assert tuple(items[0].value_ids) == tuple(value)
   graphdef, params = nnx.split(model)
   check = read_gate.measure(graphdef, params, items, rounds=3)
   assert (check.rounds, check.right, check.total, check.accuracy) == (3, 1, 2, 0.5)
+  assert check.by_relation == {"birth_year": (1, 1), "founder": (0, 1)}
+  assert check.relation_summary() == "founder 0/1, birth_year 1/1"
   with pytest.raises(ValueError, match="no validation episodes"):
     read_gate.measure(graphdef, params, [], rounds=0)
 

@@ -179,7 +179,8 @@ class RLTrainer(RolloutStepMixin):
         result = read_gate.measure(self.actor_graphdef, params, items, rounds)
         if self.is_chief:
           print(f"\nwarm-up read check after {rounds} extra round(s): {result.right}/{result.total} validation "
-                f"reads right ({result.accuracy:.3f}; needed {c.sft.min_read_accuracy})", flush=True)
+                f"reads right ({result.accuracy:.3f}; needed {c.sft.min_read_accuracy}); by the final hop's relation: "
+                f"{result.relation_summary()}", flush=True)
         return result
 
       params, checks = read_gate.train_until_reading(params, check=check, train_round=train_round,

@@ -40,17 +40,25 @@ RoundTrainer = Callable[[nnx.State, int], nnx.State]
 
 @dataclasses.dataclass(frozen=True)
 class ReadCheck:
-  """One measurement: after `rounds` extra rounds, `right` of `total` validation reads were right."""
+  """One measurement: after `rounds` extra rounds, `right` of `total` validation reads were right;
+  `by_relation` splits them by the final hop's relation ({relation: (right, total)})."""
   rounds: int
   right: int
   total: int
+  by_relation: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
   @property
   def accuracy(self) -> float:
     return self.right / self.total
 
-  def to_dict(self) -> dict[str, float]:
-    return dict(rounds=self.rounds, right=self.right, total=self.total, accuracy=self.accuracy)
+  def to_dict(self) -> dict[str, Any]:
+    return dict(rounds=self.rounds, right=self.right, total=self.total, accuracy=self.accuracy,
+                by_relation={name: list(pair) for name, pair in self.by_relation.items()})
+
+  def relation_summary(self) -> str:
+    """"relation right/total" for every relation, worst read first."""
+    order = sorted(self.by_relation.items(), key=lambda item: item[1][0] / item[1][1])
+    return ", ".join(f"{name} {right}/{total}" for name, (right, total) in order)
 
 
 def applies(c: config_dict.ConfigDict) -> bool:
@@ -74,7 +82,8 @@ def measure(graphdef: nnx.GraphDef, params: nnx.State, items: list[final_read.Pr
     raise ValueError("the read check has no validation episodes (the expert's retrieval missed every value)")
   counts = final_read.probe(final_read.model_predictor(nnx.merge(graphdef, params)), items)
   return ReadCheck(rounds=rounds, right=sum(right for right, _ in counts.values()),
-                   total=sum(n for _, n in counts.values()))
+                   total=sum(n for _, n in counts.values()),
+                   by_relation={name: (right, n) for name, (right, n) in counts.items()})
 
 
 def train_until_reading(params: nnx.State, *, check: Callable[[nnx.State, int], ReadCheck], train_round: RoundTrainer,
