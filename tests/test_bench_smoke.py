@@ -34,6 +34,9 @@ RATIO_LINES = {
     "rollout": [rf"^ratio smoke {latency}\s+\d+/\d+ slots chunk\s+\d+: episodes/s {RATIO} \| tokens/s {RATIO} \| "
                 rf"occupancy {RATIO} \| tool time hidden (\d+%|n/a) \(lockstep 0%\) \| peak memory {RATIO}$"
                 for latency in ("none", "100ms", "lognormal")] + [r"^targets \(smoke; reported, not asserted\): "],
+    # Length-grouped warm-up batches against random ones: padding counted per group size, then timed.
+    "sft": [r"^\| 0 \| [\d.]+ \| [\d.]+ \|$", r"^\| 8 \| [\d.]+ \| [\d.]+ \|$",
+            rf"^ratio \(g = 0 / g = 8\): {RATIO} with compilation, ({RATIO}|n/a) per compiled step; "],
     "sampler": [rf"^smoke .*\| ratio\s+{RATIO} \|", rf"^episode .*\| speed-up\s+{RATIO}",
                 rf"^summary: small {RATIO} HF \| continuation {RATIO} re-prefill"],
 }

@@ -80,12 +80,12 @@ def _tiny_model(tokenizer, seed=0):
 
 def test_each_batch_draws_from_one_pool_in_proportion_to_its_size(tokenizer):
   """Naive-RAG examples (long prompts) never share a batch with tool-loop episodes; both are drawn."""
-  from agent_r1_jax.trainer.sft import _Batches
+  from agent_r1_jax.trainer.sft import BatchStream
   short = copy_drill_examples(tokenizer, 300, seed=0)
   long = copy_drill_examples(tokenizer, 100, seed=1)
   for ex in long:
     ex.prompt_ids = np.concatenate([ex.prompt_ids, np.full(80, 7, np.int32)])  # a marker the short pool lacks
-  batches = _Batches([short, long], 4, np.random.default_rng(0), dict(prompt_length=160, response_length=64,
+  batches = BatchStream([short, long], 4, np.random.default_rng(0), dict(prompt_length=160, response_length=64,
                                                                       pad_id=0, multiple=16))
   kinds = []
   for _ in range(400):
@@ -146,3 +146,43 @@ def test_warmup_lr_is_linear_then_cosine_to_zero_at_the_last_step():
 
   for t in (0, 10, 20, 300, 700, 1199, 1200):
     assert float(schedule(t)) == pytest.approx(reference(t), abs=1e-9)
+
+
+def _stream(lengths_per_pool, batch_size, length_group, seed=0):
+  """A `BatchStream` over pools of stand-in examples whose prompt + response lengths are given."""
+  from types import SimpleNamespace
+  from agent_r1_jax.trainer.sft import BatchStream
+  pools = [[SimpleNamespace(prompt_ids=np.zeros(4, np.int32), response_ids=np.zeros(n - 4, np.int32))
+            for n in lengths] for lengths in lengths_per_pool]
+  return BatchStream(pools, batch_size, np.random.default_rng(seed), layout={}, length_group=length_group)
+
+
+def test_ungrouped_batches_are_the_plain_shuffled_epochs():
+  """`length_group=0` draws exactly what a plain loop draws (pool by size, then shuffled epochs per pool), so the
+  tiny default's warm-up, tuned on these batches, is unchanged."""
+  sizes, batch_size = (37, 11), 4
+  stream = _stream([[8 + i for i in range(n)] for n in sizes], batch_size, 0, seed=3)
+  rng, orders = np.random.default_rng(3), [[], []]
+  weights = np.array(sizes, np.float64) / sum(sizes)
+  for _ in range(60):
+    k = int(rng.choice(2, p=weights))
+    while len(orders[k]) < batch_size:
+      orders[k].extend(rng.permutation(sizes[k]).tolist())
+    expected, orders[k] = orders[k][:batch_size], orders[k][batch_size:]
+    assert stream.next_indices() == (k, expected)
+
+
+def test_length_grouped_batches_cover_each_epoch_and_hold_length_neighbours():
+  """With g = 4 windows of 4 x 8 examples: one epoch (64 examples, 8 batches) serves every example once, and the
+  batches cut from one window hold disjoint length ranges (sorted neighbours), so each pads only to its own."""
+  rng = np.random.default_rng(0)
+  lengths = rng.integers(16, 500, size=64).tolist()
+  stream = _stream([lengths], 8, 4)
+  for _ in range(2):  # two epochs
+    batches = [stream.next_indices()[1] for _ in range(8)]
+    assert sorted(i for b in batches for i in b) == list(range(64))
+    for window in (batches[:4], batches[4:]):
+      ranges = sorted((min(lengths[i] for i in b), max(lengths[i] for i in b)) for b in window)
+      assert all(hi <= lo_next for (_, hi), (lo_next, _) in zip(ranges, ranges[1:]))
+  padded = lambda s: sum(8 * max(lengths[i] for i in s.next_indices()[1]) for _ in range(80))
+  assert padded(_stream([lengths], 8, 4, seed=1)) < 0.8 * padded(_stream([lengths], 8, 0, seed=1))

@@ -258,6 +258,9 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.sft.adam_b2 = 0.999                         # AdamW's second-moment decay
   # Response positions per LM-head block of the warm-up loss (0: all at once; the tiny recipe is tuned at 0).
   c.sft.logits_chunk_size = 0
+  # > 0: each batch is cut from a length-sorted window of that many batches of one pool (trainer/sft.py,
+  # `BatchStream`), so it pads to its own examples' length; 0: batches of random examples.
+  c.sft.length_group = 0
   c.sft.expert_guess_rate = 0.0                 # the expert guesses instead of searching with this probability
   c.sft.expert_guess_at = "each_hop"            # ... at every hop, or only at the "start" (see synthetic/expert.py)
   # Warm-up also answers one-hop questions in this many fresh worlds (other names and facts, see
@@ -360,7 +363,8 @@ def validate(c: config_dict.ConfigDict) -> None:
     if share and c.sft.reading_relations != "task":
       raise ValueError(f"sft.reading_uniform_share={share} blends the task's relation mix with the uniform one: "
                        f"set sft.reading_relations='task' or the share to 0")
-    for name in ("reading_worlds", "reading_questions", "rag_questions", "multi_hop_worlds", "multi_hop_questions"):
+    for name in ("reading_worlds", "reading_questions", "rag_questions", "multi_hop_worlds", "multi_hop_questions",
+                 "length_group"):
       if not isinstance(c.sft[name], int) or c.sft[name] < 0:
         raise ValueError(f"sft.{name} must be an integer >= 0, got {c.sft[name]!r}")
     if not isinstance(c.sft.adam_b2, (int, float)) or not 0 < c.sft.adam_b2 < 1:

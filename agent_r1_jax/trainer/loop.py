@@ -158,7 +158,7 @@ class RLTrainer(RolloutStepMixin):
           prompt_length=data.prompt_length, response_length=c.rollout.max_response_length,
           pad_id=int(tok.pad_token_id), seed=seed, length_multiple=c.trainer.length_multiple or None,
           log_fn=None if log is None else lambda step, metrics: log(first_step + step, metrics),
-          logits_chunk_size=c.sft.logits_chunk_size)
+          logits_chunk_size=c.sft.logits_chunk_size, length_group=c.sft.length_group)
 
     params = train(self.state["actor"], stages, lr=c.sft.lr, seed=c.seed, first_step=0)
     if c.sft.min_read_accuracy and not read_gate.applies(c) and self.is_chief:

@@ -1,0 +1,152 @@
+"""Warm-up throughput with length-grouped batches (`sft.length_group`) against random batches, in the same run.
+
+Not a test: prints figures measured in this run on this machine, for a preset's real warm-up data (the synthetic
+world, its expert episodes, the reading and naive-RAG practice; `trainer.warmup.warmup_data`):
+
+  padding   for each group size g, over the preset's whole planned stage list (`sft.stages`, every batch its
+            stage would draw with the run's seed): the tokens the batches compute, B * (P + R) after bucketing
+            to `trainer.length_multiple`, and the attention work, B * (P + R)^2, each divided by the same sums
+            over the examples' own lengths (1.00 = no padding). Counting only: no model runs.
+  timing    the preset's model (random weights) trains `--steps` steps of the whole-episode stage (`all`, the
+            stage that dominates the warm-up) on batches drawn with g = 0 and with g = `--group`, from the same
+            parameters: seconds including compilation (one program per bucketed shape, as in a run), the number
+            of distinct shapes, and seconds per step without the first step of each shape; the ratio is
+            g = 0's time over g's.
+
+Both draw the same examples per epoch; only which examples share a batch differs. The float32 matmul rate and the
+load average are printed because these shared machines differ several-fold.
+
+    python bench/sft.py                               # tiny-mixed, g in 0, 4, 8, 16, 32; timing 40 steps at g = 8
+    python bench/sft.py --preset=tiny --steps=20
+    python bench/sft.py --smoke                       # tiny, 3 timed steps: that it runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from agent_r1_jax.data.sft import first_turns
+from agent_r1_jax.models import Qwen2ForCausalLM
+from agent_r1_jax.trainer import build as build_lib
+from agent_r1_jax.trainer import config as config_lib
+from agent_r1_jax.trainer import optimizer as optimizer_lib
+from agent_r1_jax.trainer import sft as sft_lib
+from agent_r1_jax.trainer import task as task_lib
+from agent_r1_jax.trainer import warmup as warmup_lib
+
+
+def matmul_rate(n: int = 2048, repeats: int = 20) -> float:
+  """GFLOP/s of a jitted float32 [n, n] @ [n, n]."""
+  f = jax.jit(lambda a, b: a @ b)
+  a = jnp.ones((n, n), jnp.float32)
+  f(a, a).block_until_ready()
+  t0 = time.perf_counter()
+  for _ in range(repeats):
+    out = f(a, a)
+  out.block_until_ready()
+  return 2 * n**3 * repeats / (time.perf_counter() - t0) / 1e9
+
+
+def stage_pools(stage: sft_lib.Stage, data: warmup_lib.WarmupData) -> list:
+  """The pools `run_sft` draws `stage`'s batches from."""
+  if stage.is_copy_drill:
+    return [data.drill]
+  whole = stage.turns == 0
+  return [[first_turns(ex, stage.turns) for ex in data.examples], data.rag_examples if whole else (),
+          data.reading_examples if whole else ()]
+
+
+def padding_ratios(c, data: warmup_lib.WarmupData, group: int) -> tuple[float, float]:
+  """(computed tokens / example tokens, computed attention / example attention) over every planned stage."""
+  layout = dict(prompt_length=data.prompt_length, response_length=c.rollout.max_response_length,
+                pad_id=0, multiple=c.trainer.length_multiple or None)
+  rng = np.random.default_rng(c.seed)
+  sums = np.zeros(4)
+  for stage in sft_lib.parse_stages(c.sft.stages):
+    stream = sft_lib.BatchStream(stage_pools(stage, data), stage.batch_size, rng, layout, length_group=group)
+    for _ in range(stage.steps):
+      k, chosen = stream.next_indices()
+      examples = [stream.pools[k][i] for i in chosen]
+      own = np.array([len(e.prompt_ids) + min(len(e.response_ids), layout["response_length"]) for e in examples])
+      width = sft_lib.learner_batch(examples, **layout)["input_ids"].shape[1]
+      sums += [len(own) * width, own.sum(), len(own) * width**2, (own**2).sum()]
+  return sums[0] / sums[1], sums[2] / sums[3]
+
+
+def time_stage(c, data: warmup_lib.WarmupData, group: int, steps: int, graphdef, params0) -> dict:
+  """`steps` steps of the preset's whole-episode stage on batches drawn with `group`, from `params0`."""
+  stage = next(s for s in sft_lib.parse_stages(c.sft.stages) if s.turns == 0)
+  layout = dict(prompt_length=data.prompt_length, response_length=c.rollout.max_response_length,
+                pad_id=0, multiple=c.trainer.length_multiple or None)
+  stream = sft_lib.BatchStream(stage_pools(stage, data), stage.batch_size, np.random.default_rng(c.seed), layout,
+                               length_group=group)
+  tx = optimizer_lib.clipped_adamw(1e-3, weight_decay=0.0, grad_clip=1.0, b2=c.sft.adam_b2)
+  trainer = sft_lib.SupervisedTrainer(graphdef, tx)
+  params = jax.tree.map(jnp.copy, params0)
+  opt_state = tx.init(params)
+  shapes, steady, total_t0 = set(), [], time.perf_counter()
+  for _ in range(steps):
+    batch = stream.next()
+    shape = batch["input_ids"].shape
+    t0 = time.perf_counter()
+    params, opt_state, metrics = trainer.step(params, opt_state, batch)
+    jax.block_until_ready(metrics)
+    if shape in shapes:
+      steady.append(time.perf_counter() - t0)
+    shapes.add(shape)
+  return dict(seconds=time.perf_counter() - total_t0, shapes=len(shapes),
+              steady=float(np.mean(steady)) if steady else float("nan"))
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--preset", default="tiny-mixed")
+  parser.add_argument("--groups", default="0,4,8,16,32", help="group sizes g whose padding is counted")
+  parser.add_argument("--group", type=int, default=8, help="the group size timed against g = 0")
+  parser.add_argument("--steps", type=int, default=40, help="timed steps of the whole-episode stage per side")
+  parser.add_argument("--smoke", action="store_true", help="tiny preset, 3 timed steps: that it runs")
+  args = parser.parse_args()
+  if args.smoke:
+    args.preset, args.steps, args.groups = "tiny", 3, "0,8"
+  print(f"float32 matmul {matmul_rate():.0f} GFLOP/s, load average {os.getloadavg()[0]:.2f}, "
+        f"{os.cpu_count()} CPUs", flush=True)
+  c = config_lib.base_config("grpo", args.preset)
+  t0 = time.perf_counter()
+  task = task_lib.build_task(c)
+  data = warmup_lib.warmup_data(c, task, sft_lib.parse_stages(c.sft.stages), verbose=False)
+  print(f"{args.preset}: warm-up data built in {time.perf_counter() - t0:.0f} s: {len(data.examples)} episodes, "
+        f"{len(data.reading_examples)} reading, {len(data.rag_examples)} naive-RAG, {len(data.drill)} drills; "
+        f"stages {c.sft.stages}", flush=True)
+
+  print("\npadding over the planned stages (computed / the examples' own; 1.00 = none)")
+  print("| g | tokens | attention |\n|---|---|---|")
+  for group in (int(g) for g in args.groups.split(",")):
+    tokens, attention = padding_ratios(c, data, group)
+    print(f"| {group} | {tokens:.2f} | {attention:.2f} |", flush=True)
+
+  arch = build_lib.model_config(c, len(task.tokenizer))
+  graphdef, params0 = nnx.split(Qwen2ForCausalLM(arch, rngs=nnx.Rngs(0)))
+  print(f"\ntiming: {args.steps} steps of the whole-episode stage, batch "
+        f"{next(s for s in sft_lib.parse_stages(c.sft.stages) if s.turns == 0).batch_size}")
+  results = {}
+  for group in (0, args.group):
+    results[group] = r = time_stage(c, data, group, args.steps, graphdef, params0)
+    steady = "n/a" if np.isnan(r["steady"]) else f"{r['steady']:.3f} s"
+    print(f"  g = {group:2d}: {r['seconds']:.1f} s with compilation, {r['shapes']} shapes, {steady} per step once "
+          f"compiled", flush=True)
+  base, grouped = results[0], results[args.group]
+  per_step = base["steady"] / grouped["steady"]  # nan when a side never repeated a shape (too few steps)
+  per_step_text = "n/a" if np.isnan(per_step) else f"{per_step:.2f}x"
+  print(f"ratio (g = 0 / g = {args.group}): {base['seconds'] / grouped['seconds']:.2f}x with compilation, "
+        f"{per_step_text} per compiled step; load average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+  main()
