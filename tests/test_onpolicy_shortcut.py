@@ -189,8 +189,13 @@ def test_an_on_policy_step_runs_no_old_logprob_pass_and_matches_the_step_with_th
   for key in ("reward", "logprob_drift_max", "entropy", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
     np.testing.assert_allclose(m_on[key], m_off[key], rtol=1e-4, atol=1e-6, err_msg=key)
   assert m_on["actor/grad_norm"] > 0
+  # Adam's first step is about lr * g / (|g| + eps) per element, so where |g| is near eps a last-bit difference
+  # between the two paths' gradients moves the update visibly: on a 2-core AMD EPYC (no AVX-512) one element of
+  # 50,336 differed by 1.09e-6. A different update (another objective, stale log-probs) moves most elements by
+  # O(lr) = O(1e-3); so: at most 0.1% of elements beyond 1e-6, none beyond 1e-5.
   for a, b in zip(jax.tree.leaves(on.state["actor"]), jax.tree.leaves(off.state["actor"])):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
+    diff = np.abs(np.asarray(a) - np.asarray(b))
+    assert diff.max() <= 1e-5 and np.mean(diff > 1e-6) <= 1e-3, (diff.max(), np.mean(diff > 1e-6))
 
 
 @pytest.mark.parametrize("algorithm,overrides", [
