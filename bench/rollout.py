@@ -62,7 +62,7 @@ printed with them.
 
     python bench/rollout.py                  # tiny and 0.5B shapes (about 25 minutes on 2 cores)
     python bench/rollout.py --skip-0.5b      # tiny only, 3 repeats (about 5 minutes)
-    python bench/rollout.py --smoke          # a 1 x 64 model, 8 rows, one repeat, no 0.5B: that it runs
+    python bench/rollout.py --smoke          # a 1 x 64 model, 4 rows, one repeat, no 0.5B: that it runs
 
 Not a test: nothing here asserts a time.
 """
@@ -130,7 +130,7 @@ TINY = Preset("tiny", hidden=128, intermediate=384, layers=4, heads=4, kv_heads=
 HALF_B = Preset("0.5b", hidden=896, intermediate=4864, layers=24, heads=14, kv_heads=2, vocab=151936, rows=16,
                 turns=3, new_tokens=16, prompt=64, response=256, context=320, observation_cap=96,
                 content_chars=(10, 30), chunks=(8, 16), rope_theta=1e6)
-SMOKE = Preset("smoke", hidden=64, intermediate=128, layers=1, heads=4, kv_heads=2, vocab=512, rows=8, turns=3,
+SMOKE = Preset("smoke", hidden=64, intermediate=128, layers=1, heads=4, kv_heads=2, vocab=512, rows=4, turns=3,
                new_tokens=16, prompt=64, response=256, context=320, observation_cap=96, content_chars=(10, 30),
                chunks=(8,))
 
@@ -607,7 +607,7 @@ def main() -> None:
   parser.add_argument("--skip-0.5b", dest="skip_half", action="store_true", help="the tiny preset only")
   parser.add_argument("--only-0.5b", dest="only_half", action="store_true", help="the 0.5B shape only")
   parser.add_argument("--smoke", action="store_true",
-                      help="a 1 x 64 model, 8 rows, one repeat, no 0.5B: checks that the bench runs")
+                      help="a 1 x 64 model, 4 rows, one repeat, no 0.5B: checks that the bench runs")
   args = parser.parse_args()
   args.latencies = [x for x in args.latencies.split(",") if x]
   bad = [x for x in args.latencies if x not in LATENCIES]

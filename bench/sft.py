@@ -18,7 +18,7 @@ load average are printed because these shared machines differ several-fold.
 
     python bench/sft.py                               # tiny-mixed, g in 0, 4, 8, 16, 32; timing 40 steps at g = 8
     python bench/sft.py --preset=tiny --steps=20
-    python bench/sft.py --smoke                       # tiny, 3 timed steps: that it runs
+    python bench/sft.py --smoke                       # tiny at toy data sizes (SMOKE), 3 timed steps: that it runs
 """
 
 from __future__ import annotations
@@ -40,6 +40,13 @@ from agent_r1_jax.trainer import optimizer as optimizer_lib
 from agent_r1_jax.trainer import sft as sft_lib
 from agent_r1_jax.trainer import task as task_lib
 from agent_r1_jax.trainer import warmup as warmup_lib
+
+
+# --smoke: the tiny preset with a few hundred examples per pool, a short stage list and a one-layer model, so the
+# bench's code paths (every pool, both groupings, a compilation per shape) run in about a minute; its figures mean
+# nothing.
+SMOKE = {"model.num_hidden_layers": 1, "model.hidden_size": 64, "model.intermediate_size": 128, "data.synthetic.num_train": 200, "sft.reading_questions": 40, "sft.multi_hop_questions": 40,
+         "sft.rag_questions": 20, "sft.stages": "copy:4:8,1:4:8,2:4:8,all:24:16"}
 
 
 def matmul_rate(n: int = 2048, repeats: int = 20) -> float:
@@ -88,7 +95,7 @@ def time_stage(c, data: warmup_lib.WarmupData, group: int, steps: int, graphdef,
   stream = sft_lib.BatchStream(stage_pools(stage, data), stage.batch_size, np.random.default_rng(c.seed), layout,
                                length_group=group)
   tx = optimizer_lib.clipped_adamw(1e-3, weight_decay=0.0, grad_clip=1.0, b2=c.sft.adam_b2)
-  trainer = sft_lib.SupervisedTrainer(graphdef, tx)
+  trainer = sft_lib.SupervisedTrainer(graphdef, tx, logits_chunk_size=c.sft.logits_chunk_size)
   params = jax.tree.map(jnp.copy, params0)
   opt_state = tx.init(params)
   shapes, steady, total_t0 = set(), [], time.perf_counter()
@@ -118,6 +125,13 @@ def main() -> None:
   print(f"float32 matmul {matmul_rate():.0f} GFLOP/s, load average {os.getloadavg()[0]:.2f}, "
         f"{os.cpu_count()} CPUs", flush=True)
   c = config_lib.base_config("grpo", args.preset)
+  if args.smoke:
+    for field, value in SMOKE.items():
+      *sections, name = field.split(".")
+      node = c
+      for section in sections:
+        node = node[section]
+      node[name] = value
   t0 = time.perf_counter()
   task = task_lib.build_task(c)
   data = warmup_lib.warmup_data(c, task, sft_lib.parse_stages(c.sft.stages), verbose=False)
@@ -132,7 +146,9 @@ def main() -> None:
     print(f"| {group} | {tokens:.2f} | {attention:.2f} |", flush=True)
 
   arch = build_lib.model_config(c, len(task.tokenizer))
-  graphdef, params0 = nnx.split(Qwen2ForCausalLM(arch, rngs=nnx.Rngs(0)))
+  # Built as a run builds its actor: the preset's attention blocks (tiny-mixed's 832-token episodes exceed 512).
+  graphdef, params0 = nnx.split(Qwen2ForCausalLM(arch, rngs=nnx.Rngs(0),
+                                                 attention_chunk_size=c.model.attention_chunk_size))
   print(f"\ntiming: {args.steps} steps of the whole-episode stage, batch "
         f"{next(s for s in sft_lib.parse_stages(c.sft.stages) if s.turns == 0).batch_size}")
   results = {}
