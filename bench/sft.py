@@ -33,7 +33,6 @@ import numpy as np
 from flax import nnx
 
 from agent_r1_jax.data.sft import first_turns
-from agent_r1_jax.models import Qwen2ForCausalLM
 from agent_r1_jax.trainer import build as build_lib
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import optimizer as optimizer_lib
@@ -45,7 +44,8 @@ from agent_r1_jax.trainer import warmup as warmup_lib
 # --smoke: the tiny preset with a few hundred examples per pool, a short stage list and a one-layer model, so the
 # bench's code paths (every pool, both groupings, a compilation per shape) run in about a minute; its figures mean
 # nothing.
-SMOKE = {"model.num_hidden_layers": 1, "model.hidden_size": 64, "model.intermediate_size": 128, "data.synthetic.num_train": 200, "sft.reading_questions": 40, "sft.multi_hop_questions": 40,
+SMOKE = {"model.num_hidden_layers": 1, "model.hidden_size": 64, "model.intermediate_size": 128,
+         "data.synthetic.num_train": 200, "sft.reading_questions": 40, "sft.multi_hop_questions": 40,
          "sft.rag_questions": 20, "sft.stages": "copy:4:8,1:4:8,2:4:8,all:24:16"}
 
 
@@ -126,12 +126,7 @@ def main() -> None:
         f"{os.cpu_count()} CPUs", flush=True)
   c = config_lib.base_config("grpo", args.preset)
   if args.smoke:
-    for field, value in SMOKE.items():
-      *sections, name = field.split(".")
-      node = c
-      for section in sections:
-        node = node[section]
-      node[name] = value
+    c.update_from_flattened_dict(SMOKE)
   t0 = time.perf_counter()
   task = task_lib.build_task(c)
   data = warmup_lib.warmup_data(c, task, sft_lib.parse_stages(c.sft.stages), verbose=False)
@@ -146,9 +141,8 @@ def main() -> None:
     print(f"| {group} | {tokens:.2f} | {attention:.2f} |", flush=True)
 
   arch = build_lib.model_config(c, len(task.tokenizer))
-  # Built as a run builds its actor: the preset's attention blocks (tiny-mixed's 832-token episodes exceed 512).
-  graphdef, params0 = nnx.split(Qwen2ForCausalLM(arch, rngs=nnx.Rngs(0),
-                                                 attention_chunk_size=c.model.attention_chunk_size))
+  # The run's actor (its attention blocks: tiny-mixed's 832-token episodes exceed the default 512).
+  graphdef, params0 = nnx.split(build_lib.build_model(c, arch, build_lib.build_mesh(c), head="lm"))
   print(f"\ntiming: {args.steps} steps of the whole-episode stage, batch "
         f"{next(s for s in sft_lib.parse_stages(c.sft.stages) if s.turns == 0).batch_size}")
   results = {}

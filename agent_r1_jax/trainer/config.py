@@ -46,8 +46,8 @@ from agent_r1_jax.trainer.choice_checks import (LR_SCHEDULES, MASK_CHOICES, TASK
 from agent_r1_jax.trainer.presets import apply_preset
 from agent_r1_jax.trainer.rollout_sizing import (ENGINES, batch_devices, check_engine, prompts_per_wave,  # noqa: F401
                                                    slots_per_device)
-from agent_r1_jax.trainer.sft import parse_stages
 from agent_r1_jax.trainer.wandb_logging import check_logging_fields
+from agent_r1_jax.trainer.warmup_checks import check_warmup_fields
 
 ALGORITHMS: dict[str, dict] = {
     "ppo": dict(adv_estimator="gae", use_critic=True, n_samples=1, kl="reward"),
@@ -60,7 +60,6 @@ ALGORITHMS: dict[str, dict] = {
 
 PRESETS = ("tiny", "tiny-mixed", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "smollm2-135m")
 REAL_PRESETS = {"qwen2.5-0.5b": "qwen2_5_0_5b", "qwen2.5-1.5b": "qwen2_5_1_5b", "qwen2.5-3b": "qwen2_5_3b"}
-READING_RELATIONS = ("task", "uniform")
 
 
 def base_config(algorithm: str, preset: str | None = None) -> config_dict.ConfigDict:
@@ -351,44 +350,9 @@ def validate(c: config_dict.ConfigDict) -> None:
   for name in ("logits_chunk_size", "attention_chunk_size"):
     if not isinstance(c.model[name], int) or c.model[name] < 0:
       raise ValueError(f"model.{name} must be an integer >= 0 (0: no chunking), got {c.model[name]!r}")
-  if not isinstance(c.sft.logits_chunk_size, int) or c.sft.logits_chunk_size < 0:
-    raise ValueError(f"sft.logits_chunk_size must be an integer >= 0 (0: no chunking), got {c.sft.logits_chunk_size!r}")
-  if c.sft.enabled:
-    parse_stages(c.sft.stages)
-    if c.sft.reading_relations not in READING_RELATIONS:
-      raise ValueError(f"sft.reading_relations must be one of {READING_RELATIONS}, got {c.sft.reading_relations!r}")
-    share = c.sft.reading_uniform_share
-    if not isinstance(share, (int, float)) or not 0 <= share <= 1:
-      raise ValueError(f"sft.reading_uniform_share must be a number in [0, 1], got {share!r}")
-    if share and c.sft.reading_relations != "task":
-      raise ValueError(f"sft.reading_uniform_share={share} blends the task's relation mix with the uniform one: "
-                       f"set sft.reading_relations='task' or the share to 0")
-    for name in ("reading_worlds", "reading_questions", "rag_questions", "multi_hop_worlds", "multi_hop_questions",
-                 "length_group"):
-      if not isinstance(c.sft[name], int) or c.sft[name] < 0:
-        raise ValueError(f"sft.{name} must be an integer >= 0, got {c.sft[name]!r}")
-    if not isinstance(c.sft.adam_b2, (int, float)) or not 0 < c.sft.adam_b2 < 1:
-      raise ValueError(f"sft.adam_b2 must be a number in (0, 1) (AdamW's second-moment decay), got {c.sft.adam_b2!r}")
-    _check_read_check(c)
+  check_warmup_fields(c)
   if c.rollout.max_context_length < c.rollout.max_prompt_length + 1:
     raise ValueError("rollout.max_context_length must exceed rollout.max_prompt_length")
-
-
-def _check_read_check(c: config_dict.ConfigDict) -> None:
-  """The warm-up's read check (`sft.min_read_accuracy` and the fields it uses; trainer/read_gate.py)."""
-  threshold = c.sft.min_read_accuracy
-  if not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
-    raise ValueError(f"sft.min_read_accuracy must be a number in [0, 1] (0: no read check), got {threshold!r}")
-  if not threshold or c.data.source != "synthetic":  # real data: no check (trainer/read_gate.py)
-    return
-  for name in ("read_check_questions", "extra_rounds"):
-    if not isinstance(c.sft[name], int) or c.sft[name] < 1:
-      raise ValueError(f"sft.{name} must be an integer >= 1 with the read check on, got {c.sft[name]!r}")
-  if not isinstance(c.sft.extra_lr, (int, float)) or not c.sft.extra_lr > 0:
-    raise ValueError(f"sft.extra_lr must be a number > 0, got {c.sft.extra_lr!r}")
-  if any(stage.is_copy_drill for stage in parse_stages(c.sft.extra_stage)):
-    raise ValueError(f"sft.extra_stage={c.sft.extra_stage!r} has a 'copy' stage; the extra rounds train on episodes "
-                     f"(e.g. 'all:400:16')")
 
 
 def _check_dry_run_fields(c: config_dict.ConfigDict) -> None:
