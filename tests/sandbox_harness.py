@@ -29,7 +29,8 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 LIMITS = sandbox.Limits(memory_mb=256, cpu_s=10, file_size_bytes=1 << 20, open_files=64, processes=16, disk_mb=8)
 TIMEOUT_S = 8.0
 SECRET_ENV = "AGENT_R1_TRAINER_SECRET"
-DELEGATED = f"agent_r1_test_uid{THROWAWAY_UID}"
+# One delegated cgroup per test process: two pytest workers (pytest-xdist) each make, use and remove their own.
+DELEGATED = f"agent_r1_test_uid{THROWAWAY_UID}_pid{os.getpid()}"
 _MODULES = ("sandbox.py", "seccomp_filter.py", "snippet_cgroup.py")
 
 # Runs as the throwaway user: reads {code, limits, timeout_s, cgroup_parent, accept_missing} as JSON on stdin, runs
