@@ -38,11 +38,16 @@ def qwen_tokenizer_dir(shared_data: pathlib.Path) -> pathlib.Path:
 @pytest.fixture(scope="session", autouse=True)
 def _compilation_cache(tmp_path_factory):
   """A persistent XLA compilation cache for the session: tests that build the same programs again (the
-  trainer runs, resume, every algorithm) load them instead of recompiling."""
+  trainer runs, resume, every algorithm) load them instead of recompiling. The environment variables hand the
+  same cache to every process a test starts (a CLI run and its resume, the notebook's kernel and its runs, the
+  workers of a two-process run), which read JAX's settings from them."""
   import jax  # pylint: disable=import-outside-toplevel
-  jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla_cache")))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  cache_dir = str(tmp_path_factory.mktemp("xla_cache"))
+  settings = {"jax_compilation_cache_dir": cache_dir, "jax_persistent_cache_min_compile_time_secs": 0.0,
+              "jax_persistent_cache_min_entry_size_bytes": 0}
+  for name, value in settings.items():
+    jax.config.update(name, value)
+    os.environ[name.upper()] = str(value)
   yield
 
 
