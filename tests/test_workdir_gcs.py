@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 
-import jax
 import pytest
 
 from agent_r1_jax import workdir as workdir_lib
@@ -145,11 +144,9 @@ def _comparable(rows):
 
 
 def _eval_cli(workdir: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-  """`python -m agent_r1_jax.evaluate --workdir=...` in a process of its own, on the session's XLA cache."""
+  """`python -m agent_r1_jax.evaluate --workdir=...` in a process of its own (on the session's XLA cache, which
+  conftest names in the environment)."""
   env = dict(os.environ, **env)
-  if jax.config.jax_compilation_cache_dir:
-    env.update(JAX_COMPILATION_CACHE_DIR=str(jax.config.jax_compilation_cache_dir),
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
   return subprocess.run([sys.executable, "-m", "agent_r1_jax.evaluate", f"--workdir={workdir}", "--methods=agent",
                          "--num_examples=2", "--batch_size=2", "--samples_per_dataset=1"],
                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
