@@ -294,16 +294,20 @@ display(MarkedTrajectory(record["segments"]))
 
 # Part (b), a real pretrained model: the `smollm2-135m` preset (real HotpotQA, BM25 over its paragraphs, the paper
 # reward), evaluated as is and then trained with a short warm-up and a few GRPO steps. "micro" shrinks the episodes
-# (2 turns of 16 tokens), the evaluation (2 questions) and the training (one step of each warm-up stage, one GRPO
-# step of 1 prompt x 4 samples) so that CI executes every cell of it.
-REAL_EPISODE_MICRO = ("--config.rollout.max_turns=2", "--config.rollout.max_new_tokens_per_turn=16")
+# (2 turns of 16 tokens, observations cut to 64 tokens, so every row is 448 + 160 positions instead of 1,216), the
+# evaluation (2 questions) and the training (one whole-episode warm-up step, one GRPO step of 1 prompt x 2 samples)
+# so that CI executes every cell of it; the learner's step on a 30-layer model is most of its time on a CPU.
+REAL_EPISODE_MICRO = ("--config.rollout.max_turns=2", "--config.rollout.max_new_tokens_per_turn=16",
+                      "--config.rollout.max_observation_tokens=64", "--config.rollout.max_response_length=160",
+                      "--config.rollout.max_context_length=608")
 REAL_EVAL_BUDGETS = {"full": 100, "micro": 2}
 REAL_TRAIN_BUDGETS = {
     "full": ("--config.trainer.total_steps=4", "--config.trainer.eval_every=4", "--config.trainer.save_every=4",
              "--config.trainer.eval_num_examples=100"),
-    "micro": REAL_EPISODE_MICRO + ("--config.sft.stages=1:1:2,all:1:2", "--config.trainer.total_steps=1",
-                                   "--config.trainer.batch_size=1", "--config.trainer.save_every=1",
-                                   "--config.trainer.eval_num_examples=2", "--config.trainer.eval_batch_size=2"),
+    "micro": REAL_EPISODE_MICRO + ("--config.sft.stages=all:1:2", "--config.trainer.total_steps=1",
+                                   "--config.trainer.batch_size=1", "--config.rollout.n_samples=2",
+                                   "--config.trainer.save_every=1", "--config.trainer.eval_num_examples=2",
+                                   "--config.trainer.eval_batch_size=2"),
 }
 
 REAL_CELLS: list[tuple[str, str]] = [
