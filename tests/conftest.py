@@ -17,6 +17,19 @@ import pytest  # noqa: E402
 from agent_r1_jax import paths  # noqa: E402
 
 
+# A worker's memory, the most the README's test command plans for: a margin over the SmolLM2 runs (a 135M-parameter
+# model with its reference copy and AdamW state in float32), the suite's largest.
+WORKER_MEMORY_BYTES = 6 << 30
+
+
+def pytest_xdist_auto_num_workers(config):  # pylint: disable=unused-argument
+  """`-n auto` (pytest-xdist): one worker per core this process may run on, at most one per `WORKER_MEMORY_BYTES`
+  of the machine's memory."""
+  cores = len(os.sched_getaffinity(0))
+  memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  return max(1, min(cores, memory // WORKER_MEMORY_BYTES))
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> pathlib.Path:
   """`../shared/data`, or a skip with the reason when it is absent (as on a user's machine)."""
