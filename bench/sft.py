@@ -18,7 +18,13 @@ load average are printed because these shared machines differ several-fold.
 
     python bench/sft.py                               # tiny-mixed, g in 0, 4, 8, 16, 32; timing 40 steps at g = 8
     python bench/sft.py --preset=tiny --steps=20
-    python bench/sft.py --smoke                       # tiny at toy data sizes (SMOKE), 3 timed steps: that it runs
+    python bench/sft.py --smoke                       # tiny at toy data sizes (SMOKE), 3 timed steps of both
+                                                      # timings: that it runs
+    python bench/sft.py --attention_chunks=512,0      # timing compares attention block sizes instead
+
+  With --attention_chunks the timing section runs the same whole-episode steps at g = 0 with the model built at
+  each `model.attention_chunk_size` (0: dense [B, H, T, T] scores): same parameters, same batches; ratios are
+  against the first size.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from agent_r1_jax.trainer import warmup as warmup_lib
 SMOKE = {"model.num_hidden_layers": 1, "model.hidden_size": 64, "model.intermediate_size": 128,
          "data.synthetic.num_train": 200, "sft.reading_questions": 40, "sft.multi_hop_questions": 40,
          "sft.rag_questions": 20, "sft.stages": "copy:4:8,1:4:8,2:4:8,all:24:16"}
+SMOKE_ATTENTION_CHUNKS = "64,0"  # --smoke also times these (its episodes are longer than 64 positions)
 
 
 def matmul_rate(n: int = 2048, repeats: int = 20) -> float:
@@ -119,6 +126,9 @@ def main() -> None:
   parser.add_argument("--group", type=int, default=8, help="the group size timed against g = 0")
   parser.add_argument("--steps", type=int, default=40, help="timed steps of the whole-episode stage per side")
   parser.add_argument("--smoke", action="store_true", help="tiny preset, 3 timed steps: that it runs")
+  parser.add_argument("--attention_chunks", default="",
+                      help="comma-separated model.attention_chunk_size values to time at g = 0 (0: dense), "
+                           "instead of the group sizes")
   args = parser.parse_args()
   if args.smoke:
     args.preset, args.steps, args.groups = "tiny", 3, "0,8"
@@ -143,19 +153,47 @@ def main() -> None:
   arch = build_lib.model_config(c, len(task.tokenizer))
   # The run's actor (its attention blocks: tiny-mixed's 832-token episodes exceed the default 512).
   graphdef, params0 = nnx.split(build_lib.build_model(c, arch, build_lib.build_mesh(c), head="lm"))
-  print(f"\ntiming: {args.steps} steps of the whole-episode stage, batch "
+  if not args.attention_chunks or args.smoke:
+    time_groups(c, data, args.group, args.steps, graphdef, params0)
+  if args.attention_chunks or args.smoke:
+    chunks = [int(x) for x in (args.attention_chunks or SMOKE_ATTENTION_CHUNKS).split(",")]
+    time_attention_chunks(c, data, arch, chunks, args.steps, params0)
+
+
+def time_groups(c, data: warmup_lib.WarmupData, group: int, steps: int, graphdef, params0) -> None:
+  """The whole-episode stage with random batches (g = 0) and with length groups of `group`."""
+  print(f"\ntiming: {steps} steps of the whole-episode stage, batch "
         f"{next(s for s in sft_lib.parse_stages(c.sft.stages) if s.turns == 0).batch_size}")
   results = {}
-  for group in (0, args.group):
-    results[group] = r = time_stage(c, data, group, args.steps, graphdef, params0)
+  for g in (0, group):
+    results[g] = r = time_stage(c, data, g, steps, graphdef, params0)
     steady = "n/a" if np.isnan(r["steady"]) else f"{r['steady']:.3f} s"
-    print(f"  g = {group:2d}: {r['seconds']:.1f} s with compilation, {r['shapes']} shapes, {steady} per step once "
+    print(f"  g = {g:2d}: {r['seconds']:.1f} s with compilation, {r['shapes']} shapes, {steady} per step once "
           f"compiled", flush=True)
-  base, grouped = results[0], results[args.group]
+  base, grouped = results[0], results[group]
   per_step = base["steady"] / grouped["steady"]  # nan when a side never repeated a shape (too few steps)
   per_step_text = "n/a" if np.isnan(per_step) else f"{per_step:.2f}x"
-  print(f"ratio (g = 0 / g = {args.group}): {base['seconds'] / grouped['seconds']:.2f}x with compilation, "
+  print(f"ratio (g = 0 / g = {group}): {base['seconds'] / grouped['seconds']:.2f}x with compilation, "
         f"{per_step_text} per compiled step; load average {os.getloadavg()[0]:.2f}")
+
+
+def time_attention_chunks(c, data: warmup_lib.WarmupData, arch, chunks: list[int], steps: int, params0) -> None:
+  """The whole-episode stage at g = 0 with the model built at each attention block size (same weights)."""
+  print(f"\nattention blocks: {steps} steps of the whole-episode stage at g = 0, the longest row "
+        f"{data.prompt_length + c.rollout.max_response_length} positions")
+  first = None
+  for chunk in chunks:
+    c.model.attention_chunk_size = chunk
+    graphdef, _ = nnx.split(build_lib.build_model(c, arch, build_lib.build_mesh(c), head="lm"))
+    r = time_stage(c, data, 0, steps, graphdef, params0)
+    first = first or r
+    name = "dense" if chunk == 0 else f"{chunk}-blocks"
+    steady = "n/a" if np.isnan(r["steady"]) else f"{r['steady']:.3f} s"
+    per_step = first["steady"] / r["steady"]  # nan when a side never repeated a shape (too few steps)
+    per_step_text = "n/a" if np.isnan(per_step) else f"{per_step:.2f}x"
+    print(f"  {name:>10}: {r['seconds']:.1f} s with compilation ({r['shapes']} shapes), {steady} per compiled "
+          f"step; the first size's time over this one's: {first['seconds'] / r['seconds']:.2f}x with compilation, "
+          f"{per_step_text} per compiled step; load average {os.getloadavg()[0]:.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -34,9 +34,12 @@ RATIO_LINES = {
     "rollout": [rf"^ratio smoke {latency}\s+\d+/\d+ slots chunk\s+\d+: episodes/s {RATIO} \| tokens/s {RATIO} \| "
                 rf"occupancy {RATIO} \| tool time hidden (\d+%|n/a) \(lockstep 0%\) \| peak memory {RATIO}$"
                 for latency in ("none", "100ms", "lognormal")] + [r"^targets \(smoke; reported, not asserted\): "],
-    # Length-grouped warm-up batches against random ones: padding counted per group size, then timed.
+    # Length-grouped warm-up batches against random ones: padding counted per group size, then timed; then the
+    # same stage with blocked attention against dense.
     "sft": [r"^\| 0 \| [\d.]+ \| [\d.]+ \|$", r"^\| 8 \| [\d.]+ \| [\d.]+ \|$",
-            rf"^ratio \(g = 0 / g = 8\): {RATIO} with compilation, ({RATIO}|n/a) per compiled step; "],
+            rf"^ratio \(g = 0 / g = 8\): {RATIO} with compilation, ({RATIO}|n/a) per compiled step; ",
+            rf"^\s+dense: .* the first size's time over this one's: {RATIO} with compilation, ({RATIO}|n/a) per "
+            rf"compiled step; "],
     "sampler": [rf"^smoke .*\| ratio\s+{RATIO} \|", rf"^episode .*\| speed-up\s+{RATIO}",
                 rf"^summary: small {RATIO} HF \| continuation {RATIO} re-prefill"],
 }
@@ -59,6 +62,7 @@ def test_every_bench_script_has_its_ratio_lines_listed():
 
 
 @pytest.mark.parametrize("name", sorted(RATIO_LINES))
+@pytest.mark.slow
 def test_bench_smoke_mode_completes_and_prints_its_ratios(name):
   if name == "python_tool":
     from agent_r1_jax.tools import sandbox  # pylint: disable=import-outside-toplevel
