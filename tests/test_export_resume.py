@@ -10,6 +10,7 @@ import sys
 
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM, save_hf_checkpoint
@@ -140,6 +141,7 @@ def _comparable(rows):
   return [{k: v for k, v in r.items() if not k.startswith("time/") and "time_" not in k} for r in rows]
 
 
+@pytest.mark.slow
 def test_ppo_adaptive_kl_resumes_exactly_after_a_hard_kill_between_checkpoints(tmp_path, capsys):
   """Defects caught: the KL coefficient not checkpointed or not restored (the resumed run would restart it at
   kl_coef and steps 3..5 would differ), the controller's update rule wrong (the logged coefficients would not

@@ -7,6 +7,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM, Qwen2ValueModel
@@ -106,6 +107,7 @@ def test_value_loss_falls_on_a_fixed_batch():
   assert losses[-1] < 0.5 * losses[0], losses
 
 
+@pytest.mark.slow
 def test_sft_loss_is_the_mean_nll_of_action_tokens_only():
   from agent_r1_jax.data.sft import SFTExample  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.trainer import sft  # pylint: disable=import-outside-toplevel

@@ -62,6 +62,7 @@ def _half_b_config(prompts: int):
   return c
 
 
+@pytest.mark.slow
 def test_compiled_learner_memory_does_not_grow_with_the_batch():
   """64 and 640 rows on 8 devices: the per-device temporaries of the log-prob pass and the actor update stay
   within 10% (a pass over all rows at once, or logits of the whole batch, would grow them 10x), while the

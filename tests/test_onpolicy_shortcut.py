@@ -62,6 +62,7 @@ def _loss_and_grads(learner, params, batch, onpolicy: bool):
   return jax.value_and_grad(fn)(params)
 
 
+@pytest.mark.slow
 def test_shortcut_gives_the_loss_gradients_metrics_and_update_of_the_recomputed_old_logprobs():
   """Catches an on-policy update whose gradient is not the recomputed one's: old log-probs without the
   stop-gradient (the ratio is then the constant 1 and the PG gradient vanishes), a ratio that is not 1, a

@@ -56,6 +56,7 @@ def _records_em(path) -> dict[tuple[str, str], float]:
   return out
 
 
+@pytest.mark.slow
 def test_every_seed_run_starts_from_the_one_warm_up(tables):
   _, results = tables
   assert set(results["runs"]) == set(RUNS)
@@ -67,6 +68,7 @@ def test_every_seed_run_starts_from_the_one_warm_up(tables):
       "algorithm.advantage_mask": "response", "algorithm.loss_mask": "response"}
 
 
+@pytest.mark.slow
 def test_row_statistics_and_paired_differences_match_the_records(tables):
   """Means over seeds and the paired difference to GRPO recomputed from every seed run's records.jsonl."""
   root, results = tables
@@ -85,6 +87,7 @@ def test_row_statistics_and_paired_differences_match_the_records(tables):
                                                                                         - per_run["ppo"])
 
 
+@pytest.mark.slow
 def test_tables_parse_with_one_row_per_method(tables):
   root, results = tables
   table3 = _table_rows((root / "table3.md").read_text())
@@ -108,6 +111,7 @@ def test_tables_parse_with_one_row_per_method(tables):
   assert (root / "em_curves.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_a_rerun_reuses_every_finished_run_and_a_new_seed_trains_alone(tables, monkeypatch):
   root, results = tables
 

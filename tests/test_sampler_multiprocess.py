@@ -16,6 +16,7 @@ import pathlib
 import sys
 
 import numpy as np
+import pytest
 
 import loopback_workers
 
@@ -85,6 +86,7 @@ def _worker(out_dir: pathlib.Path) -> None:
       {"process_count": jax.process_count(), "global_devices": len(jax.devices())}))
 
 
+@pytest.mark.slow
 def test_processes_finishing_at_different_turns_step_together(tmp_path):
   loopback_workers.run_workers(__file__, tmp_path, num_processes=NUM_PROCESSES, timeout_s=WORKER_TIMEOUT_S)
 

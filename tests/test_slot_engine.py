@@ -248,6 +248,7 @@ def test_one_slot_decodes_every_chunk_and_compiles_once_per_bucket(policy):
 SAMPLED_PROMPTS = [prompt(0, "S"), prompt(1, "X"), prompt(2, "C"), prompt(3, "S", filler=7)]
 
 
+@pytest.mark.slow
 def test_sampling_is_the_same_for_any_slot_count_and_chunk(policy):
   """Temperature 1, 4 prompts x 3 samples: runs with 1, 5, 12 and 16 slots and chunks of 1, 3, 7 and 32 sample the
   same episodes (the log-probs of one token may differ by rounding between batch shapes; printed)."""

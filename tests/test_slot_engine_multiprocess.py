@@ -30,6 +30,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 import loopback_workers
 
@@ -165,6 +166,7 @@ def _global_rows(fn):
   return lambda turn, rows, texts, results: fn(turn, rows % half, texts, results)
 
 
+@pytest.mark.slow
 def test_two_processes_sample_the_one_process_episodes(tmp_path):
   import jax  # pylint: disable=import-outside-toplevel
 

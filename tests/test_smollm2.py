@@ -120,6 +120,7 @@ def our_logits(model, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
 # -- the conversion ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_conversion_writes_a_llama_checkpoint_and_chat_tokenizer(gguf_file, smollm2_dir, tokenizer,
                                                                   monkeypatch):
   cfg = json.loads((smollm2_dir / "config.json").read_text())
@@ -150,6 +151,7 @@ def test_conversion_writes_a_llama_checkpoint_and_chat_tokenizer(gguf_file, smol
   assert marker["gguf"] == gguf_file.name and marker["dtype"] == "float32"
 
 
+@pytest.mark.slow
 def test_logits_match_transformers_on_left_padded_chat_prompts(ours, torch_model, prompts):
   ids, mask = left_pad(prompts)
   assert len(set(mask.sum(1))) == len(prompts) and ids.shape[1] < 100  # all lengths differ
@@ -168,6 +170,7 @@ def test_logits_match_transformers_on_left_padded_chat_prompts(ours, torch_model
   np.testing.assert_array_equal(mine[real].argmax(-1), ref[real].argmax(-1))
 
 
+@pytest.mark.slow
 def test_greedy_generation_matches_transformers_generate(ours, torch_model, prompts):
   new = 32
   refs = []
@@ -187,6 +190,7 @@ def test_greedy_generation_matches_transformers_generate(ours, torch_model, prom
   assert sum(len(r) for r in refs) > 2 * new  # real continuations, not immediate stops
 
 
+@pytest.mark.slow
 def test_export_loads_in_transformers_with_the_same_logits(ours, torch_model, prompts, tmp_path):
   save_hf_checkpoint(ours, tmp_path)
   cfg = json.loads((tmp_path / "config.json").read_text())

@@ -145,6 +145,7 @@ def test_a_mesh_that_does_not_span_the_slice_names_fsdp_minus_one():
 
 
 @needs_libtpu
+@pytest.mark.slow
 def test_the_cli_compiles_every_grpo_program_for_v5e_and_reports_the_compilers_figures(tmp_path):
   """One CLI dry run of the tiny GRPO preset for v5e:2x2 (its mesh filling the 4 chips, 5 rows per device so
   micro-batches divide the 40-row mini-batch; the preset's slot engine, 10 slots per chip): every program compiled
@@ -178,6 +179,7 @@ def test_the_cli_compiles_every_grpo_program_for_v5e_and_reports_the_compilers_f
 
 
 @needs_libtpu
+@pytest.mark.slow
 def test_the_grpo_programs_compile_for_v4_megacore_and_the_update_takes_the_bytes_its_shapes_give():
   """v4:2x2x1 as libtpu's "megacore" chip config: one device per chip, 4 devices, the budget what XLA:TPU
   allows one v4 device (30.75 GiB of the chip's 32). At `ALIGNED` shapes the actor update's per-chip argument

@@ -206,6 +206,7 @@ def test_workdir_with_an_incompatible_checkpoint_is_refused(tmp_path):
     loop.train(wider, tmp_path)
 
 
+@pytest.mark.slow
 def test_dry_run_cli_compiles_every_program_and_gives_a_verdict(tmp_path):
   """PPO's dry run through the CLI on the tiny preset with 8 simulated devices: one row per program of a
   step (the critic's two included), each with XLA's compiled figures, the plan, FLOPs and bytes, and a verdict
@@ -368,6 +369,7 @@ def test_curves_plot_every_panel_from_the_metrics_file(tmp_path):
   assert reporting.plot_curves(tmp_path) == out and out.read_bytes() != first  # held-out points drawn too
 
 
+@pytest.mark.slow
 def test_copy_stage_trains_on_the_drill_not_on_trajectories(tmp_path):
   """40 copy-drill steps lower the loss on unseen drill examples below what 40 steps on the expert's
   trajectories reach (the trainer's own SFT loss, same model, schedule and seed)."""

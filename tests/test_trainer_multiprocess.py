@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -93,6 +94,7 @@ def _check_export_against_checkpoint(workdir: pathlib.Path, tmp_path: pathlib.Pa
   np.testing.assert_allclose(ours[real], theirs[real], atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow
 def test_two_process_training_checkpoints_exports_and_resumes(tmp_path):
   """Defects caught: a cross-process gather in the HF export that writes one process's shard twice or leaves
   one out (the export differs from the checkpoint's parameters), an export transformers cannot load or computes

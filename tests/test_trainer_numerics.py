@@ -255,6 +255,7 @@ def _expected_sum_norm_losses(traj, horizon: int) -> tuple[float, float]:
   return pg, value
 
 
+@pytest.mark.slow
 def test_seq_mean_token_sum_norm_is_the_same_at_every_padded_width(tmp_path):
   """Catches a default horizon H equal to the batch's padded response width (which trimming / length buckets vary)
   instead of rollout.max_response_length: the same rows padded to R = 10 and R = 22 columns give the same actor and
@@ -390,6 +391,7 @@ def _direct_values(graphdef, params, batch) -> np.ndarray:
 
 
 @pytest.mark.parametrize("algorithm", ["ppo", "grpo"])
+@pytest.mark.slow
 def test_prepare_batch_after_an_update_matches_direct_forwards_and_references(algorithm, tmp_path):
   """Catches, in prepare_batch: old or reference log-probs read at the wrong positions, at the wrong temperature,
   from the wrong parameters (e.g. the reference equal to the current actor, or swapped); a KL penalty with the

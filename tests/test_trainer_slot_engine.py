@@ -16,6 +16,7 @@ _FIELDS = ("prompt_ids", "response_ids", "response_mask", "action_mask", "group_
            "num_tool_errors", "stop_reason")
 
 
+@pytest.mark.slow
 def test_greedy_slot_engine_rollout_equals_the_lockstep_rollout_of_the_same_step(tmp_path):
   """Greedy decoding makes both engines deterministic, so the trainer's step-0 rollout must come out the same
   whichever engine it runs, here through one slot (the tiny preset's mesh is one device) for 16 rows: prompts,

@@ -152,6 +152,7 @@ def _eval_cli(workdir: str, env: dict[str, str]) -> subprocess.CompletedProcess:
                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_bucket_run_resumes_after_sigterm_like_an_uninterrupted_local_run(gcs, tmp_path, monkeypatch):
   """Defects caught: anything of a run written to a local path named like the bucket (config, metrics,
   checkpoints, summary, samples, curves, export: read back from the bucket here), a resume that does not find
