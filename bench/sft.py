@@ -160,6 +160,15 @@ def main() -> None:
     time_attention_chunks(c, data, arch, chunks, args.steps, params0)
 
 
+def _seconds_text(seconds: float) -> str:
+  return "n/a" if np.isnan(seconds) else f"{seconds:.3f} s"
+
+
+def _ratio_text(ratio: float) -> str:
+  """nan when a side never repeated a shape (too few steps)."""
+  return "n/a" if np.isnan(ratio) else f"{ratio:.2f}x"
+
+
 def time_groups(c, data: warmup_lib.WarmupData, group: int, steps: int, graphdef, params0) -> None:
   """The whole-episode stage with random batches (g = 0) and with length groups of `group`."""
   print(f"\ntiming: {steps} steps of the whole-episode stage, batch "
@@ -167,33 +176,32 @@ def time_groups(c, data: warmup_lib.WarmupData, group: int, steps: int, graphdef
   results = {}
   for g in (0, group):
     results[g] = r = time_stage(c, data, g, steps, graphdef, params0)
-    steady = "n/a" if np.isnan(r["steady"]) else f"{r['steady']:.3f} s"
-    print(f"  g = {g:2d}: {r['seconds']:.1f} s with compilation, {r['shapes']} shapes, {steady} per step once "
-          f"compiled", flush=True)
+    print(f"  g = {g:2d}: {r['seconds']:.1f} s with compilation, {r['shapes']} shapes, {_seconds_text(r['steady'])} "
+          f"per step once compiled", flush=True)
   base, grouped = results[0], results[group]
-  per_step = base["steady"] / grouped["steady"]  # nan when a side never repeated a shape (too few steps)
-  per_step_text = "n/a" if np.isnan(per_step) else f"{per_step:.2f}x"
   print(f"ratio (g = 0 / g = {group}): {base['seconds'] / grouped['seconds']:.2f}x with compilation, "
-        f"{per_step_text} per compiled step; load average {os.getloadavg()[0]:.2f}")
+        f"{_ratio_text(base['steady'] / grouped['steady'])} per compiled step; load average "
+        f"{os.getloadavg()[0]:.2f}")
 
 
 def time_attention_chunks(c, data: warmup_lib.WarmupData, arch, chunks: list[int], steps: int, params0) -> None:
   """The whole-episode stage at g = 0 with the model built at each attention block size (same weights)."""
   print(f"\nattention blocks: {steps} steps of the whole-episode stage at g = 0, the longest row "
         f"{data.prompt_length + c.rollout.max_response_length} positions")
+  preset_chunk = c.model.attention_chunk_size
   first = None
   for chunk in chunks:
     c.model.attention_chunk_size = chunk
     graphdef, _ = nnx.split(build_lib.build_model(c, arch, build_lib.build_mesh(c), head="lm"))
     r = time_stage(c, data, 0, steps, graphdef, params0)
-    first = first or r
+    if first is None:
+      first = r
     name = "dense" if chunk == 0 else f"{chunk}-blocks"
-    steady = "n/a" if np.isnan(r["steady"]) else f"{r['steady']:.3f} s"
-    per_step = first["steady"] / r["steady"]  # nan when a side never repeated a shape (too few steps)
-    per_step_text = "n/a" if np.isnan(per_step) else f"{per_step:.2f}x"
-    print(f"  {name:>10}: {r['seconds']:.1f} s with compilation ({r['shapes']} shapes), {steady} per compiled "
-          f"step; the first size's time over this one's: {first['seconds'] / r['seconds']:.2f}x with compilation, "
-          f"{per_step_text} per compiled step; load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"  {name:>10}: {r['seconds']:.1f} s with compilation ({r['shapes']} shapes), "
+          f"{_seconds_text(r['steady'])} per compiled step; the first size's time over this one's: "
+          f"{first['seconds'] / r['seconds']:.2f}x with compilation, {_ratio_text(first['steady'] / r['steady'])} "
+          f"per compiled step; load average {os.getloadavg()[0]:.2f}", flush=True)
+  c.model.attention_chunk_size = preset_chunk
 
 
 if __name__ == "__main__":

@@ -129,7 +129,8 @@ def apply_tiny_mixed(c: config_dict.ConfigDict) -> None:
   c.rollout.max_context_length = 832
   # Dense attention up to 1,024 positions (every row here; warm-up rows reach 925): at [16, 925] the 512-blocks
   # (a map over query blocks, a scan over key blocks, rematerialised) made a warm-up step 2.77x slower on a 2-core
-  # CPU (bench/sft.py --attention_chunks=512,0), and dense scores are 16 x 4 x 925^2 floats, 219 MB per layer.
+  # 70 GFLOP/s CPU (bench/sft.py --attention_chunks=512,0, both in one run); dense scores are 16 x 4 x 925^2
+  # floats, 219 MB per layer.
   c.model.attention_chunk_size = 1024
 
 
