@@ -60,6 +60,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM, qwen2_5_0_5b, save_hf_checkpoint  # noqa: E402
 from agent_r1_jax.trainer import learner as lrn  # noqa: E402
+from agent_r1_jax.trainer import optimizer as optimizer_lib  # noqa: E402
 
 LR = 1e-6  # small, so repeated updates leave the weights (and so the work) essentially unchanged
 CLIP, DUAL_CLIP, KL_COEF = 0.2, 3.0, 0.001
@@ -306,7 +307,7 @@ class TorchLearner:
     self.hf, self.shape = hf, shape
     self.opt = torch.optim.AdamW(hf.parameters(), lr=LR, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     n = shape.rows // shape.micro_rows
-    # Micro-batch k holds rows k, k + n, ... (as `lrn.split_micro`); the gradient sum does not depend on it.
+    # Micro-batch k holds rows k, k + n, ... (as `microbatch.split_micro`); the gradient sum does not depend on it.
     self.micro = [{k: torch.from_numpy(np.ascontiguousarray(v[j::n])) for k, v in batch.items()}
                   for j in range(n)]
     self.denominator = float(batch["loss_mask"].sum())
@@ -346,7 +347,7 @@ class OurLearner:
     cfg = lrn.ActorLossConfig(clip_ratio_low=CLIP, clip_ratio_high=CLIP, clip_ratio_c=DUAL_CLIP,
                               loss_agg_mode="token-mean", use_kl_loss=True, kl_loss_coef=KL_COEF,
                               kl_loss_type="low_var_kl", logits_chunk_size=chunk)
-    tx = lrn.make_optimizer(lr=LR, warmup_steps=0, weight_decay=0.01, grad_clip=1.0)
+    tx = optimizer_lib.make_optimizer(lr=LR, warmup_steps=0, weight_decay=0.01, grad_clip=1.0)
     self.learner = lrn.Learner(graphdef, tx, cfg)
     self.params = jax.tree.map(jnp.copy, params)  # actor_step donates its params and optimizer state
     self.opt_state = tx.init(self.params)

@@ -137,7 +137,7 @@ def test_warmup_lr_is_linear_then_cosine_to_zero_at_the_last_step():
   """lr(t) = peak * t / W during warm-up, then peak * (1 + cos(pi (t - W) / (N - W))) / 2 up to the N planned
   steps of every stage."""
   import math
-  from agent_r1_jax.trainer.learner import lr_schedule
+  from agent_r1_jax.trainer.optimizer import lr_schedule
   peak, warm, planned = 3e-3, 20, 1200
   schedule = lr_schedule(peak, warm, total_steps=planned, schedule="cosine")
 

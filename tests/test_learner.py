@@ -12,6 +12,7 @@ from flax import nnx
 
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM, Qwen2ValueModel
 from agent_r1_jax.trainer import learner as lrn
+from agent_r1_jax.trainer import optimizer as optimizer_lib
 
 P, R, B, V = 5, 7, 8, 48
 
@@ -68,7 +69,7 @@ def test_non_finite_gradient_skips_the_update():
   so the state holds non-zero moments and a count of 1; then a NaN advantage on a masked token must leave every
   parameter and every optimizer-state leaf bit-identical."""
   graphdef, params = nnx.split(Qwen2ForCausalLM(_config(), rngs=nnx.Rngs(2)))
-  tx = lrn.make_optimizer(lr=1e-2, warmup_steps=2, weight_decay=0.01, grad_clip=1.0)
+  tx = optimizer_lib.make_optimizer(lr=1e-2, warmup_steps=2, weight_decay=0.01, grad_clip=1.0)
   learner = lrn.Learner(graphdef, tx, lrn.ActorLossConfig())
   params, opt_state, m = learner.actor_step(params, tx.init(params), _batch(2), num_micro=2)
   assert float(m["actor/skipped"]) == 0.0
@@ -93,7 +94,7 @@ def test_non_finite_gradient_skips_the_update():
 def test_value_loss_falls_on_a_fixed_batch():
   config = _config()
   graphdef, params = nnx.split(Qwen2ValueModel(config, rngs=nnx.Rngs(3)))
-  tx = lrn.make_optimizer(lr=3e-3, warmup_steps=0, weight_decay=0.0, grad_clip=1.0)
+  tx = optimizer_lib.make_optimizer(lr=3e-3, warmup_steps=0, weight_decay=0.0, grad_clip=1.0)
   actor_graphdef, _ = nnx.split(Qwen2ForCausalLM(config, rngs=nnx.Rngs(0)))
   learner = lrn.Learner(actor_graphdef, tx, lrn.ActorLossConfig(), critic_graphdef=graphdef, critic_tx=tx,
                         critic_cfg=lrn.CriticLossConfig(clip_range_value=10.0))

@@ -20,6 +20,7 @@ from flax import nnx
 from agent_r1_jax import rl
 from agent_r1_jax.models import Qwen2ForCausalLM
 from agent_r1_jax.trainer import learner as lrn
+from agent_r1_jax.trainer import optimizer as optimizer_lib
 from agent_r1_jax.trainer import loop
 from agent_r1_jax.trainer import rollout_step
 from test_learner import _batch
@@ -33,7 +34,7 @@ LR = 1e-3
 def _learner(graphdef) -> lrn.Learner:
   """Every term of the actor loss on: clipped PG with dual clip, k3 KL to the reference, an entropy bonus."""
   cfg = lrn.ActorLossConfig(use_kl_loss=True, kl_loss_coef=0.1, entropy_coef=0.01)
-  return lrn.Learner(graphdef, lrn.make_optimizer(lr=LR, warmup_steps=0, weight_decay=0.01, grad_clip=0.0), cfg)
+  return lrn.Learner(graphdef, optimizer_lib.make_optimizer(lr=LR, warmup_steps=0, weight_decay=0.01, grad_clip=0.0), cfg)
 
 
 def _two_batches(learner, params, seed: int):

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from agent_r1_jax.data.synthetic import WorldConfig, generate_world
-from agent_r1_jax.data.synthetic.world import RELATION_PHRASES
+from agent_r1_jax.data.synthetic.templates import RELATION_PHRASES
 from agent_r1_jax.data.synthetic.reading import (blended_relation_mix, fresh_world_configs, held_out_one_hop,
                                                  multi_hop_reading, naive_rag_examples, one_hop_questions,
                                                  one_hop_trajectories, relation_counts, relation_fact_counts,

@@ -743,14 +743,15 @@ def test_waves_per_process_from_the_config():
   """Waves of max_rows_per_device rows on each batch device, whole groups, split over processes (hand-computed:
   GRPO's 128 x 5 rows on 8 devices at 40 rows per device: 320 rows = 64 prompts, 32 per process of 2)."""
   from agent_r1_jax.trainer import config as config_lib  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.trainer.rollout_sizing import prompts_per_wave  # pylint: disable=import-outside-toplevel
   c = config_lib.base_config("grpo", "qwen2.5-1.5b")
-  assert config_lib.prompts_per_wave(c, 8, 1) == 0  # the default: one wave
+  assert prompts_per_wave(c, 8, 1) == 0  # the default: one wave
   c.rollout.max_rows_per_device = 40
-  assert config_lib.prompts_per_wave(c, 8, 1) == 64
-  assert config_lib.prompts_per_wave(c, 8, 2) == 32
+  assert prompts_per_wave(c, 8, 1) == 64
+  assert prompts_per_wave(c, 8, 2) == 32
   c.rollout.max_rows_per_device = 3  # 24 rows: not whole groups of 5
   with pytest.raises(ValueError, match="multiple of 5 rows"):
-    config_lib.prompts_per_wave(c, 8, 1)
+    prompts_per_wave(c, 8, 1)
   c.rollout.max_rows_per_device = -1
   with pytest.raises(ValueError, match="max_rows_per_device must be an integer >= 0"):
-    config_lib.prompts_per_wave(c, 8, 1)
+    prompts_per_wave(c, 8, 1)

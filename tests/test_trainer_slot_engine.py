@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from agent_r1_jax.trainer import config as config_lib
+from agent_r1_jax.trainer import rollout_sizing
 from agent_r1_jax.trainer import loop
 from agent_r1_jax.trainer.metrics import read_metrics
 from test_trainer import micro_config
@@ -53,10 +54,10 @@ def test_default_slot_count_holds_every_row_of_a_process():
   c = config_lib.base_config("grpo", "tiny")
   c.trainer.batch_size, c.rollout.n_samples = 12, 5  # 60 rows
   c.mesh.fsdp = -1                                     # over every device
-  assert config_lib.slots_per_device(c, 8, 1) == 8    # ceil(60 / 8)
-  assert config_lib.slots_per_device(c, 8, 2) == 8    # 30 rows on each process's 4 devices
+  assert rollout_sizing.slots_per_device(c, 8, 1) == 8    # ceil(60 / 8)
+  assert rollout_sizing.slots_per_device(c, 8, 2) == 8    # 30 rows on each process's 4 devices
   c.rollout.slots_per_device = 3
-  assert config_lib.slots_per_device(c, 8, 2) == 3
+  assert rollout_sizing.slots_per_device(c, 8, 2) == 3
 
 
 @pytest.mark.parametrize("overrides,message", [

@@ -39,13 +39,10 @@ from ml_collections import config_dict
 from agent_r1_jax import rl
 from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.data.prompts import INSTRUCTION
-# Re-exported: batch_split and rollout_sizing hold what lived here before; callers keep importing it from here.
-from agent_r1_jax.trainer.batch_split import check_batch_split, check_topology_mesh, micro_batches  # noqa: F401
-from agent_r1_jax.trainer.choice_checks import (LR_SCHEDULES, MASK_CHOICES, TASK_SOURCES,  # noqa: F401
-                                                  check_choice_fields)
+from agent_r1_jax.trainer.batch_split import check_batch_split
+from agent_r1_jax.trainer.choice_checks import check_choice_fields
 from agent_r1_jax.trainer.presets import apply_preset
-from agent_r1_jax.trainer.rollout_sizing import (ENGINES, batch_devices, check_engine, prompts_per_wave,  # noqa: F401
-                                                   slots_per_device)
+from agent_r1_jax.trainer.rollout_sizing import batch_devices, check_engine, prompts_per_wave
 from agent_r1_jax.trainer.wandb_logging import check_logging_fields
 from agent_r1_jax.trainer.warmup_checks import check_warmup_fields
 

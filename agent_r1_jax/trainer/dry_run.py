@@ -57,7 +57,7 @@ from agent_r1_jax.sampling import Sampler, SamplingParams, buckets
 from agent_r1_jax.sampling import programs as sampling_programs
 from agent_r1_jax.sampling.slots import SlotDecoder
 from agent_r1_jax.trainer import build
-from agent_r1_jax.trainer import config as config_lib
+from agent_r1_jax.trainer import batch_split, rollout_sizing
 from agent_r1_jax.trainer import learner as learner_lib
 from agent_r1_jax.trainer import flops as flops_lib
 from agent_r1_jax.trainer import hlo_flops, memory, roofline, tpu
@@ -177,8 +177,8 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
   rows = c.trainer.batch_size * c.rollout.n_samples
   mini_rows = rows // c.actor.num_mini_batches
   devices = mesh.devices.size
-  micro = {s: config_lib.micro_batches(c, s, rows, devices) for s in ("actor", "critic")}
-  mini_micro = {s: config_lib.micro_batches(c, s, mini_rows, devices) for s in ("actor", "critic")}
+  micro = {s: batch_split.micro_batches(c, s, rows, devices) for s in ("actor", "critic")}
+  mini_micro = {s: batch_split.micro_batches(c, s, mini_rows, devices) for s in ("actor", "critic")}
   with_ref, with_critic = build.needs_reference(c), bool(c.algorithm.use_critic)
   actor_graphdef, actor = build.abstract_params(c, arch, mesh, head="lm")
   critic_graphdef, critic = build.abstract_params(c, arch, mesh, head="value") if with_critic else (None, None)
@@ -195,9 +195,9 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
   # The sampler holds one wave's rows (`rollout.max_rows_per_device`), or the whole step's; the slot engine its slots.
   slots = c.rollout.engine == "slots"
   if slots:
-    sampled_rows = config_lib.slots_per_device(c, devices, 1) * config_lib.batch_devices(c, devices)
+    sampled_rows = rollout_sizing.slots_per_device(c, devices, 1) * rollout_sizing.batch_devices(c, devices)
   else:
-    sampled_rows = config_lib.prompts_per_wave(c, devices, 1) * c.rollout.n_samples or rows
+    sampled_rows = rollout_sizing.prompts_per_wave(c, devices, 1) * c.rollout.n_samples or rows
   shape = memory.RunShape.from_config(c, arch, dict(mesh.shape), rollout_rows=buckets.batch_bucket(sampled_rows),
                                       extend_tokens=observation_tokens(c))
   plan = memory.plan_programs(shape)
@@ -211,7 +211,7 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
     sampling = SamplingParams(temperature=c.rollout.temperature, top_k=c.rollout.top_k, top_p=c.rollout.top_p)
     prepared = sampler.abstract_prepared(actor)
     if slots:  # a prompt and an observation are appended by the same program: its widest call is the longer
-      decoder = SlotDecoder(sampler, slots_per_device=sampled_rows // config_lib.batch_devices(c, devices),
+      decoder = SlotDecoder(sampler, slots_per_device=sampled_rows // rollout_sizing.batch_devices(c, devices),
                             decode_chunk=c.rollout.decode_chunk)
       # "_gathered": the call compacted to its widest gather (half the slots per chip), which holds the gathered
       # rows beside the slots.
@@ -227,7 +227,7 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
   rollout_programs = ("prefill", "extend", "decode")
   if slots:
     rollout_programs = ("slot_extend", "decode_chunk")
-    if config_lib.slots_per_device(c, devices, 1) >= 2:  # with one slot per chip no call is ever gathered
+    if rollout_sizing.slots_per_device(c, devices, 1) >= 2:  # with one slot per chip no call is ever gathered
       rollout_programs += ("slot_extend_gathered", "decode_chunk_gathered")
   candidates = [("sampling_weights", lambda: sampling_programs.sampling_weights_jit.lower(actor_graphdef, actor),
                  ("actor", "batch"))]
@@ -300,7 +300,7 @@ def _target(c: config_dict.ConfigDict) -> _Target:
     return _Target(devices=None, chip=None, budget_bytes=float(c.dry_run_memory_gb) * _GIB)
   devices = tpu.topology_devices(c.dry_run_topology)
   chip = tpu.chip_of(devices)
-  config_lib.check_topology_mesh(c, len(devices))
+  batch_split.check_topology_mesh(c, len(devices))
   budget = tpu.compiler_hbm_bytes(devices, fallback=chip.compiler_hbm_bytes)
   return _Target(devices=devices, chip=chip, budget_bytes=float(budget))
 
@@ -313,7 +313,7 @@ def _describe_devices(c: config_dict.ConfigDict, target: _Target, mesh) -> str:
 
 
 def _waves(c: config_dict.ConfigDict, mesh) -> str:
-  wave = config_lib.prompts_per_wave(c, mesh.devices.size, 1) * c.rollout.n_samples
+  wave = rollout_sizing.prompts_per_wave(c, mesh.devices.size, 1) * c.rollout.n_samples
   return f", sampled in waves of {wave}" if wave and wave < c.trainer.batch_size * c.rollout.n_samples else ""
 
 

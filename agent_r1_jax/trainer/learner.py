@@ -50,10 +50,8 @@ from flax import nnx
 
 from agent_r1_jax import rl
 from agent_r1_jax.models import merge_for_compute
-# Re-exported: these lived here before microbatch.py and optimizer.py, and callers still import them from here.
-from agent_r1_jax.trainer.microbatch import (accumulate_gradients, in_loop, map_micro, merge_micro,  # noqa: F401
-                                             split_micro)
-from agent_r1_jax.trainer.optimizer import apply_update, clipped_adamw, lr_schedule, make_optimizer  # noqa: F401
+from agent_r1_jax.trainer.microbatch import accumulate_gradients, map_micro
+from agent_r1_jax.trainer.optimizer import apply_update
 
 Batch = dict[str, jax.Array]
 

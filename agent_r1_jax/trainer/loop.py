@@ -41,6 +41,7 @@ from agent_r1_jax.rollout import evaluation
 from agent_r1_jax.sampling import SamplingParams
 from agent_r1_jax.trainer import actor_checkpoint, assets, backend, build
 from agent_r1_jax.trainer import config as config_lib
+from agent_r1_jax.trainer import batch_split
 from agent_r1_jax.trainer import dry_run as dry_run_lib
 from agent_r1_jax.trainer import read_gate, reporting, sft as sft_lib, task as task_lib
 from agent_r1_jax.trainer import warmup as warmup_lib
@@ -269,12 +270,12 @@ class RLTrainer(RolloutStepMixin):
         if c.algorithm.use_critic:
           self.state["critic"], self.state["critic_opt"], m = self.learner.critic_step(
               self.state["critic"], self.state["critic_opt"], mini,
-              num_micro=config_lib.micro_batches(c, "critic", mini_rows, jax.device_count()))
+              num_micro=batch_split.micro_batches(c, "critic", mini_rows, jax.device_count()))
           record(m)
         if update_actor:
           self.state["actor"], self.state["actor_opt"], m = self.learner.actor_step(
               self.state["actor"], self.state["actor_opt"], mini,
-              num_micro=config_lib.micro_batches(c, "actor", mini_rows, jax.device_count()), onpolicy=onpolicy)
+              num_micro=batch_split.micro_batches(c, "actor", mini_rows, jax.device_count()), onpolicy=onpolicy)
           record(m)
     out = {k: sums[k] / counts[k] for k in sums}
     for k in ("actor/skipped", "critic/skipped"):  # counts, not means

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from agent_r1_jax import rl
 from agent_r1_jax.rollout import evaluation, run_episodes_in_waves, run_slot_episodes
 from agent_r1_jax.sampling.multihost import agreed_max
-from agent_r1_jax.trainer import config as config_lib
+from agent_r1_jax.trainer import batch_split, rollout_sizing
 from agent_r1_jax.trainer import learner as learner_lib
 
 
@@ -68,11 +68,11 @@ class RolloutStepMixin:
             [self.task.render(ex) for ex in examples], self.rollout_cfg, self.sampling, jax.random.fold_in(key, 0))
     if c.rollout.engine == "slots":
       traj = run_slot_episodes(
-          *args, slots_per_device=config_lib.slots_per_device(c, jax.device_count(), jax.process_count()),
+          *args, slots_per_device=rollout_sizing.slots_per_device(c, jax.device_count(), jax.process_count()),
           decode_chunk=c.rollout.decode_chunk, tool_workers=c.rollout.tool_workers, **episodes)
     else:
       traj = run_episodes_in_waves(
-          *args, prompts_per_wave=config_lib.prompts_per_wave(c, jax.device_count(), jax.process_count()),
+          *args, prompts_per_wave=rollout_sizing.prompts_per_wave(c, jax.device_count(), jax.process_count()),
           **episodes)
     return traj, evaluation.score_batch(traj, reward_style=c.algorithm.reward_style)
 
@@ -116,7 +116,7 @@ class RolloutStepMixin:
     batch = {"input_ids": dev["input_ids"], "attention_mask": dev["attention_mask"],
              "response_ids": dev["response_ids"], "loss_mask": loss_mask, "advantage_mask": adv_mask}
     rows = batch["input_ids"].shape[0]  # global rows (all processes)
-    actor_micro = config_lib.micro_batches(c, "actor", rows, jax.device_count())
+    actor_micro = batch_split.micro_batches(c, "actor", rows, jax.device_count())
     action = dev["action_mask"].astype(jnp.float32)
     metrics: dict[str, Any] = {}
     if old_logprobs:
@@ -140,7 +140,7 @@ class RolloutStepMixin:
     values = None
     if c.algorithm.use_critic:
       values = self.learner.values(self.state["critic"], batch,
-                                   num_micro=config_lib.micro_batches(c, "critic", rows, jax.device_count()))
+                                   num_micro=batch_split.micro_batches(c, "critic", rows, jax.device_count()))
       batch["old_values"] = values
     batch["advantages"], batch["returns"] = self._advantages(
         c.algorithm.adv_estimator, rewards, adv_mask, values=values, group_ids=dev["group_ids"],

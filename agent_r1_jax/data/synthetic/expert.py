@@ -26,7 +26,7 @@ import json
 import random
 from typing import Any, Mapping, Sequence
 
-from agent_r1_jax.data.synthetic.world import RELATION_PHRASES
+from agent_r1_jax.data.synthetic.templates import RELATION_PHRASES
 
 _IM_END = "<|im_end|>"
 

@@ -34,7 +34,8 @@ from typing import Any, Iterator, Mapping, Sequence
 from agent_r1_jax.data import rag
 from agent_r1_jax.data.sft import SFTExample, tokenize_trajectory
 from agent_r1_jax.data.synthetic import expert as expert_lib
-from agent_r1_jax.data.synthetic.world import RELATION_PHRASES, World, WorldConfig, corpus_row, generate_world
+from agent_r1_jax.data.synthetic.templates import RELATION_PHRASES
+from agent_r1_jax.data.synthetic.world import World, WorldConfig, corpus_row, generate_world
 
 DATA_SOURCE = "synthetic_one_hop"  # the rows' data_source (scored like the multi-hop world: EM of the answer)
 

@@ -34,9 +34,7 @@ import random
 from typing import Mapping, Sequence
 
 from agent_r1_jax.data.synthetic import names
-# The question kinds and templates (RELATION_PHRASES and TYPE_LABELS stay importable from here).
-from agent_r1_jax.data.synthetic.templates import (ANCHOR_KINDS, COMPARISON_TEMPLATES, HOP_KINDS,  # noqa: F401
-                                                   PATH_TEMPLATES, RELATION_PHRASES, TYPE_LABELS)
+from agent_r1_jax.data.synthetic.templates import ANCHOR_KINDS, COMPARISON_TEMPLATES, HOP_KINDS, PATH_TEMPLATES
 
 GENERATOR_VERSION = 1
 DATA_SOURCE = "synthetic_multihop"
