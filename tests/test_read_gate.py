@@ -37,6 +37,7 @@ def test_extra_rounds_run_while_the_read_fails_and_stop_at_the_cap():
   assert _run([0.5, 0.7, 0.85, 0.95], min_accuracy=0.8, max_rounds=5) == (2, [0.5, 0.7, 0.85], [1, 2])
   assert _run([0.5, 0.6, 0.7, 0.9], min_accuracy=0.8, max_rounds=2) == (2, [0.5, 0.6, 0.7], [1, 2])
   assert _run([0.8], min_accuracy=0.8, max_rounds=2)[2] == []  # the threshold itself passes
+  assert _run([0.5, 0.9], min_accuracy=0.8, max_rounds=0) == (0, [0.5], [])  # 0 rounds: measured, not trained
 
 
 def test_measure_counts_the_reads_the_model_reproduces(tmp_path):
@@ -66,7 +67,7 @@ def test_measure_counts_the_reads_the_model_reproduces(tmp_path):
 
 @pytest.mark.parametrize("field, value, message", [
     ("sft.min_read_accuracy", 1.5, "sft.min_read_accuracy must be"),
-    ("sft.extra_rounds", 0, "sft.extra_rounds"),
+    ("sft.extra_rounds", -1, "sft.extra_rounds"),
     ("sft.read_check_questions", 0, "sft.read_check_questions"),
     ("sft.extra_lr", 0.0, "sft.extra_lr"),
     ("sft.extra_stage", "copy:10:4", "sft.extra_stage"),
@@ -83,7 +84,7 @@ def test_real_data_warms_up_without_the_check_the_preset_asks_for(tmp_path):
   check reads the synthetic expert's thought, so on `data.source='multihopqa'` it is off, even with the extra
   round's own fields invalid, while the same settings on the synthetic task are checked and refused."""
   settings = {"sft.enabled": True, "sft.min_read_accuracy": 0.8, "data.prepared_dir": str(tmp_path),
-              "sft.extra_rounds": 0}
+              "sft.extra_rounds": -1}
   real = micro_config("grpo", **settings, **{"data.source": "multihopqa"})
   config_lib.validate(real)
   assert not read_gate.applies(real)

@@ -286,7 +286,7 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.sft.min_read_accuracy = 0.0
   c.sft.read_check_questions = 200              # validation questions whose expert episodes the check reads
   c.sft.extra_stage = "all:400:16"              # stages of one extra round (`sft.stages` syntax, no `copy`)
-  c.sft.extra_rounds = 2                        # most extra rounds before RL starts anyway
+  c.sft.extra_rounds = 2                        # most extra rounds before RL starts anyway (0: only report)
   c.sft.extra_lr = 1e-3                         # peak lr of each extra round's warm-up + cosine cycle
 
   # ---- mesh --------------------------------------------------------------------------------------------

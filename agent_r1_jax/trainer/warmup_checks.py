@@ -40,9 +40,12 @@ def check_read_check_fields(c: config_dict.ConfigDict) -> None:
     raise ValueError(f"sft.min_read_accuracy must be a number in [0, 1] (0: no read check), got {threshold!r}")
   if not threshold or c.data.source != "synthetic":  # real data: no check (trainer/read_gate.py)
     return
-  for name in ("read_check_questions", "extra_rounds"):
-    if not isinstance(c.sft[name], int) or c.sft[name] < 1:
-      raise ValueError(f"sft.{name} must be an integer >= 1 with the read check on, got {c.sft[name]!r}")
+  if not isinstance(c.sft.read_check_questions, int) or c.sft.read_check_questions < 1:
+    raise ValueError(f"sft.read_check_questions must be an integer >= 1 with the read check on, got "
+                     f"{c.sft.read_check_questions!r}")
+  if not isinstance(c.sft.extra_rounds, int) or c.sft.extra_rounds < 0:
+    raise ValueError(f"sft.extra_rounds must be an integer >= 0 with the read check on (0: measure and report "
+                     f"the read only), got {c.sft.extra_rounds!r}")
   if not isinstance(c.sft.extra_lr, (int, float)) or not c.sft.extra_lr > 0:
     raise ValueError(f"sft.extra_lr must be a number > 0, got {c.sft.extra_lr!r}")
   if any(stage.is_copy_drill for stage in parse_stages(c.sft.extra_stage)):
