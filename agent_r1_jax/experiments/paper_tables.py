@@ -21,7 +21,7 @@ evaluated on the same held-out questions with `agent_r1_jax.evaluate` (greedy). 
   results.json            every row's statistics (`experiments/table_layout.row_stats`: also the t-interval over
                           seeds) and every seed run's own figures, training and evaluation seconds (kept from the
                           invocation that did the work), start-parameter hash and config overrides
-  em_curves.png           validation EM after every RL step, mean over seeds with the seeds' min-max band, beside
+  em_curves.png           validation EM every 3 RL steps, mean over seeds with the seeds' min-max band, beside
                           the warm-up's held-out EM; every row's held-out EM with its interval
 
 Intervals (`experiments/intervals.py`): a percentile bootstrap over seed runs and questions (2,000 resamples);
@@ -99,8 +99,10 @@ RUNS: tuple[RunSpec, ...] = (
     RunSpec("grpo_no_loss_mask", "GRPO w/o loss mask", "grpo", 4, 0.3722, NO_LOSS_MASK, "grpo"),
 )
 TABLE4_GROUPS = ("ppo", "ppo_lambda095", "grpo")
-# Every run validates after every RL step, for the curves (evaluation draws its own key: training is unchanged).
-CURVE_OVERRIDES = {"trainer.eval_every": 1}
+# Every run validates every 3 RL steps, for the curves (evaluation draws its own key: training is unchanged).
+# Validating after every step was ~40% of a tiny-mixed GRPO run (~120 of 298 s: 64 greedy five-turn episodes a
+# step; docs/experiments.md), and 36 seed runs of the tables are most of their cost.
+CURVE_OVERRIDES = {"trainer.eval_every": 3}
 # The warm-up policy's rows: (name, label, evaluation method, paper's average EM).
 BASELINES = (("base_tool_call", "Base Tool Call", "agent", 0.0847), ("naive_rag", "Naive RAG", "naive_rag", 0.1328),
              ("no_retrieval", "No Retrieval", "no_retrieval", None))
