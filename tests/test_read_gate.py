@@ -79,6 +79,13 @@ def test_bad_read_check_settings_are_refused_with_one_message(field, value, mess
     config_lib.validate(c)
 
 
+def test_zero_extra_rounds_is_accepted_as_a_report_only_check(tmp_path):
+  c = micro_config("grpo", **{"sft.enabled": True, "sft.min_read_accuracy": 0.8, "data.prepared_dir": str(tmp_path),
+                              "sft.extra_rounds": 0})
+  config_lib.validate(c)
+  assert read_gate.applies(c)
+
+
 def test_real_data_warms_up_without_the_check_the_preset_asks_for(tmp_path):
   """The tiny preset's bar (0.9) must not break a real-data config (e.g. `evaluate` with the tiny model): the
   check reads the synthetic expert's thought, so on `data.source='multihopqa'` it is off, even with the extra
