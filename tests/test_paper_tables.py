@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from agent_r1_jax import paths, trainer
@@ -132,6 +133,36 @@ def test_a_rerun_reuses_every_finished_run_and_a_new_seed_trains_alone(tables, m
                                  seeds=SEEDS + 1, progress=False)
   assert [p.rsplit("/", 2)[-2:] for p in trained] == [["grpo", f"warmup0_seed{SEEDS}"]]
   assert [r["reused"] for r in more["runs"]["grpo"]["seeds"]] == [True] * SEEDS + [False]
+
+
+@pytest.mark.slow
+def test_an_average_over_one_set_reuses_every_run(tables, monkeypatch):
+  """`data.average_over` changes only the tables: the same runs, averaged over the multi-hop set alone."""
+  root, results = tables
+
+  def refuse(*args, **kwargs):
+    raise AssertionError("a finished run or evaluation was repeated")
+
+  monkeypatch.setattr(trainer, "train", refuse)
+  monkeypatch.setattr(pipeline, "run", refuse)
+  overrides = {**MICRO, "data.average_over": ("synthetic_multihop",)}
+  again = paper_tables.run_tables(root, preset="tiny", overrides=overrides, run_names=RUNS, num_examples=4,
+                                  seeds=SEEDS, progress=False)
+  assert results["average_over"] == ["synthetic_multihop", "synthetic_one_hop"]
+  assert again["average_over"] == ["synthetic_multihop"]
+  for name in RUNS:
+    seeds = [_records_em(root / "eval" / name / f"warmup0_seed{k}" / "records.jsonl") for k in range(SEEDS)]
+    multi = [[v for (source, _), v in s.items() if source == "synthetic_multihop"] for s in seeds]
+    assert again["runs"][name]["metrics"]["avg_em"] == pytest.approx(float(np.mean(multi)))
+    assert again["runs"][name]["metrics"]["em"] == results["runs"][name]["metrics"]["em"]
+
+
+def test_cli_refuses_an_average_over_a_set_the_task_does_not_evaluate(tmp_path):
+  out = subprocess.run([sys.executable, "-m", "agent_r1_jax.experiments.paper_tables", f"--workdir={tmp_path}",
+                        "--config.data.average_over=('musique',)"], capture_output=True, text=True, timeout=120,
+                       cwd=paths.REPO_ROOT)
+  assert out.returncode == 2 and "data.average_over names ['musique']" in out.stderr, out.stderr[-2000:]
+  assert "Traceback" not in out.stderr and not (tmp_path / "warmup").exists()
 
 
 def test_cli_refuses_an_unknown_run_in_one_line(tmp_path):

@@ -49,6 +49,7 @@ from tqdm import tqdm
 
 from agent_r1_jax import paths, trainer
 from agent_r1_jax import workdir as workdir_lib
+from agent_r1_jax.evaluation import datasets as eval_datasets
 from agent_r1_jax.evaluation import pipeline
 from agent_r1_jax.experiments import table_layout
 
@@ -197,11 +198,13 @@ def tables(results: Mapping[str, Any], specs: Sequence[RunSpec]) -> tuple[str, s
           table_layout.markdown_table(table4, "unablated") if table4 else "")
 
 
-def _curve(run_dir: epath.Path) -> list[tuple[int, float]]:
-  """`(RL step, validation EM averaged over the data sets)` of a run, at the steps it validated."""
+def _curve(run_dir: epath.Path, over: Sequence[str] = ()) -> list[tuple[int, float]]:
+  """`(RL step, validation EM averaged over the validated sets, those of `over` where given)` of a run, at the
+  steps it validated."""
   out = []
   for row in trainer.read_metrics(run_dir):
-    em = [v for k, v in row.items() if k.startswith("eval/") and k.endswith("/em")]
+    em = [v for k, v in row.items() if k.startswith("eval/") and k.endswith("/em")
+          and (not over or k.split("/")[1] in over)]
     if em:
       out.append((row["step"], sum(em) / len(em)))
   return out
@@ -219,7 +222,12 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
   specs = [s for s in RUNS if not run_names or s.name in run_names]
   root = workdir_lib.workdir_path(workdir)
   previous = json.loads((root / "results.json").read_text()) if (root / "results.json").is_file() else {}
-  base_seed = int(overrides.get("seed", trainer.base_config("grpo", preset).seed))
+  shared = run_config("grpo", preset, overrides)
+  base_seed, over = int(shared.seed), tuple(shared.data.average_over)
+  evaluated = eval_datasets.available_datasets(shared)  # [] where the release files are prepared on first use
+  if evaluated and set(over) - set(evaluated):
+    raise ValueError(f"data.average_over names {sorted(set(over) - set(evaluated))}, which this task does not "
+                     f"evaluate (it evaluates {evaluated}); set data.average_over to some of these, or ()")
   t0 = time.perf_counter()
   warmups, baseline_evals = [], {name: [] for name, *_ in BASELINES}
   for m in range(warmup_seeds):
@@ -256,23 +264,25 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
     seed_records.setdefault(spec.name, []).append({
         "dir": name, "warmup": m, "seed": k, **timing, "start_sha256": start,
         "starts_from_its_warmup": start == warmups[m]["sha256"],
-        "avg_em": table_layout.average_em(evaluation), "summaries": evaluation.summaries})
+        "avg_em": table_layout.average_em(evaluation, over), "summaries": evaluation.summaries})
 
   reference = run_evals.get("grpo")
   results: dict[str, Any] = {
       "preset": preset, "overrides": {k: repr(v) for k, v in overrides.items()}, "num_examples": num_examples,
       "seeds": seeds, "warmup_seeds": warmup_seeds,
+      "average_over": table_layout.averaged_sets(baseline_evals["base_tool_call"][0], over),
       "intervals": "95%: percentile bootstrap over seed runs and questions (2,000 resamples); differences paired "
                    "on the questions; also a t-interval over seed means (t_interval)",
       "warmups": warmups,
-      "baselines": {name: table_layout.row_stats(evals, reference) for name, evals in baseline_evals.items()},
+      "baselines": {name: table_layout.row_stats(evals, reference, over)
+                    for name, evals in baseline_evals.items()},
       "runs": {}}
   for spec in specs:
     head = run_evals.get(spec.group) if spec.group else None
     results["runs"][spec.name] = {
         "label": spec.label, "algorithm": spec.algorithm, "overrides": dict(spec.overrides), "group": spec.group,
-        "metrics": table_layout.row_stats(run_evals[spec.name], reference),
-        "table4": table_layout.row_stats(run_evals[spec.name], head) if spec.group else None,
+        "metrics": table_layout.row_stats(run_evals[spec.name], reference, over),
+        "table4": table_layout.row_stats(run_evals[spec.name], head, over) if spec.group else None,
         "seeds": seed_records[spec.name]}
   results["wall_seconds"] = time.perf_counter() - t0
   table3, table4 = tables(results, specs)
@@ -280,7 +290,7 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
   if table4:
     (root / "table4.md").write_text(table4)
   (root / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-  curves = [(s.label, s.table == 3, [_curve(root / "runs" / s.name / name) for _, _, name in
+  curves = [(s.label, s.table == 3, [_curve(root / "runs" / s.name / name, over) for _, _, name in
                                      seed_dirs(warmup_seeds, seeds)]) for s in specs]
   bars = [(label, results["baselines"][name]["avg_em"], results["baselines"][name]["interval"])
           for name, label, _, _ in BASELINES]

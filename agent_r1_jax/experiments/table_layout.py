@@ -4,8 +4,10 @@ the paired difference to a reference row, and the markdown and curves that lay t
 A row's evaluations are one per seed run (`SeedEval`: the run's per-data-set summaries and its per-question EM).
 All runs of a table are evaluated on the same held-out questions (greedy, the first `num_examples` of each data
 set), so the per-question EM of a row is a `[seeds, questions]` matrix, the input of `experiments.intervals`.
-The intervals weight the data sets by their questions; with `--num_examples` equal for every data set (the
-default) that is the unweighted average over data sets the "EM avg." column shows.
+The "EM avg." column, its intervals and the paired differences cover the averaged sets (`over`, the config's
+`data.average_over`; default every evaluated set); every set keeps its own EM column. The intervals weight the
+averaged sets by their questions; with `--num_examples` equal for every data set (the default) that is the
+unweighted average over them the "EM avg." column shows.
 """
 
 from __future__ import annotations
@@ -30,30 +32,50 @@ class SeedEval:
   scores: Mapping[tuple[str, str], float]
 
 
+def averaged_sets(evaluation: SeedEval, over: Sequence[str] = ()) -> list[str]:
+  """The data sets of `evaluation` that the average covers: `over` (every one of them evaluated), or all.
+
+  Raises:
+    ValueError: `over` names a set the evaluation does not hold.
+  """
+  if not over:
+    return list(evaluation.summaries)
+  missing = sorted(set(over) - set(evaluation.summaries))
+  if missing:
+    raise ValueError(f"data.average_over names {missing}, which the tables' evaluations do not hold "
+                     f"(they hold {sorted(evaluation.summaries)}); set data.average_over to some of these, or ()")
+  return [d for d in evaluation.summaries if d in over]
+
+
 def score_matrix(evals: Sequence[SeedEval], keys: Sequence[tuple[str, str]] | None = None) -> np.ndarray:
   """`[seeds, questions]` EM of `evals` over `keys` (default: the first evaluation's questions, sorted)."""
   keys = sorted(evals[0].scores) if keys is None else keys
+  sets = {d for d, _ in keys}
   for e in evals:
-    if set(e.scores) != set(keys):
+    if {k for k in e.scores if k[0] in sets} != set(keys):
       raise ValueError("the runs of a table were evaluated on different questions; use one --num_examples")
   return np.array([[e.scores[k] for k in keys] for e in evals], np.float64)
 
 
-def average_em(evaluation: SeedEval) -> float:
-  """One seed run's EM averaged (unweighted) over its data sets."""
-  return sum(s["em"] for s in evaluation.summaries.values()) / len(evaluation.summaries)
+def average_em(evaluation: SeedEval, over: Sequence[str] = ()) -> float:
+  """One seed run's EM averaged (unweighted) over its averaged data sets (`averaged_sets`)."""
+  sets = averaged_sets(evaluation, over)
+  return sum(evaluation.summaries[d]["em"] for d in sets) / len(sets)
 
 
-def row_stats(evals: Sequence[SeedEval], reference: Sequence[SeedEval] | None = None) -> dict[str, Any]:
-  """Means over seeds (EM per data set and per question type, the average over data sets, substring accuracy,
-  F1, tool calls), each seed's average EM, the bootstrap and t intervals of EM, and the paired difference to
-  `reference` (another row's evaluations on the same questions) where given."""
+def row_stats(evals: Sequence[SeedEval], reference: Sequence[SeedEval] | None = None,
+              over: Sequence[str] = ()) -> dict[str, Any]:
+  """Means over seeds (EM per data set and per question type, the average over the averaged sets `over`,
+  substring accuracy, F1, tool calls), each seed's average EM, the bootstrap and t intervals of that average,
+  and its paired difference to `reference` (another row's evaluations on the same questions) where given."""
   def mean(key: str, summaries: Mapping[str, Mapping[str, float]]) -> float:
     return sum(s[key] for s in summaries.values()) / len(summaries)
 
   datasets = list(evals[0].summaries)
   kinds = [k for k in TYPE_LABELS if any(f"em_{k}" in s for e in evals for s in e.summaries.values())]
-  per_seed = [average_em(e) for e in evals]
+  per_seed = [average_em(e, over) for e in evals]
+  sets = averaged_sets(evals[0], over)
+  keys = sorted(k for k in evals[0].scores if k[0] in sets)
   out: dict[str, Any] = {
       "em": {d: float(np.mean([e.summaries[d]["em"] for e in evals])) for d in datasets},
       "em_type": {k: float(np.mean([np.mean([s[f"em_{k}"] for s in e.summaries.values() if f"em_{k}" in s])
@@ -61,11 +83,10 @@ def row_stats(evals: Sequence[SeedEval], reference: Sequence[SeedEval] | None = 
       "avg_em": float(np.mean(per_seed)), "per_seed_avg_em": per_seed,
       **{k: float(np.mean([mean(k, e.summaries) for e in evals])) for k in ("substring_acc", "f1", "tool_calls")},
   }
-  x = score_matrix(evals)
+  x = score_matrix(evals, keys)
   out["interval"] = intervals.bootstrap_interval(x, CONFIDENCE).as_dict()
   out["t_interval"] = intervals.seed_t_interval(x, CONFIDENCE).as_dict()
   if reference is not None:
-    keys = sorted(evals[0].scores)
     out["paired"] = intervals.paired_difference(x, score_matrix(reference, keys), CONFIDENCE).as_dict()
   return out
 
