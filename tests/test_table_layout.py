@@ -11,8 +11,9 @@ from agent_r1_jax.experiments.table_layout import SeedEval, row_stats
 
 
 def _seed_eval(per_set: dict[str, list[float]]) -> SeedEval:
-  summaries = {d: {"em": float(np.mean(v)), "substring_acc": 0.0, "f1": 0.0, "tool_calls": 1.0}
-               for d, v in per_set.items()}
+  calls = {"multi": 2.0, "one": 1.0}
+  summaries = {d: {"em": float(np.mean(v)), "substring_acc": float(np.mean(v)), "f1": float(np.mean(v)),
+                   "tool_calls": calls[d]} for d, v in per_set.items()}
   return SeedEval(summaries, {(d, f"q{i}"): x for d, v in per_set.items() for i, x in enumerate(v)})
 
 
@@ -28,6 +29,8 @@ def test_the_average_over_one_set_ignores_the_other():
   assert only["avg_em"] == pytest.approx(0.25) and only["per_seed_avg_em"] == pytest.approx([0.5, 0.0])
   assert both["avg_em"] == pytest.approx(0.625)
   assert only["em"] == both["em"] == pytest.approx({"multi": 0.25, "one": 1.0})  # every set keeps its column
+  assert (only["f1"], only["substring_acc"], only["tool_calls"]) == pytest.approx((0.25, 0.25, 2.0))
+  assert (both["f1"], both["tool_calls"]) == pytest.approx((0.625, 1.5))
   assert only["paired"]["mean"] == pytest.approx(0.25) and both["paired"]["mean"] == pytest.approx(0.625)
   # The interval is the bootstrap of the "multi" questions' [seeds, questions] matrix alone.
   expected = intervals.bootstrap_interval(np.array([[1.0, 0.0], [0.0, 0.0]]), 0.95).as_dict()

@@ -65,23 +65,24 @@ def average_em(evaluation: SeedEval, over: Sequence[str] = ()) -> float:
 
 def row_stats(evals: Sequence[SeedEval], reference: Sequence[SeedEval] | None = None,
               over: Sequence[str] = ()) -> dict[str, Any]:
-  """Means over seeds (EM per data set and per question type, the average over the averaged sets `over`,
-  substring accuracy, F1, tool calls), each seed's average EM, the bootstrap and t intervals of that average,
+  """Means over seeds (EM per data set and per question type; the average over the averaged sets `over` of EM,
+  substring accuracy, F1 and tool calls), each seed's average EM, the bootstrap and t intervals of that average,
   and its paired difference to `reference` (another row's evaluations on the same questions) where given."""
   def mean(key: str, summaries: Mapping[str, Mapping[str, float]]) -> float:
     return sum(s[key] for s in summaries.values()) / len(summaries)
 
   datasets = list(evals[0].summaries)
   kinds = [k for k in TYPE_LABELS if any(f"em_{k}" in s for e in evals for s in e.summaries.values())]
-  per_seed = [average_em(e, over) for e in evals]
   sets = averaged_sets(evals[0], over)
+  per_seed = [average_em(e, over) for e in evals]
   keys = sorted(k for k in evals[0].scores if k[0] in sets)
   out: dict[str, Any] = {
       "em": {d: float(np.mean([e.summaries[d]["em"] for e in evals])) for d in datasets},
       "em_type": {k: float(np.mean([np.mean([s[f"em_{k}"] for s in e.summaries.values() if f"em_{k}" in s])
                                     for e in evals])) for k in kinds},
       "avg_em": float(np.mean(per_seed)), "per_seed_avg_em": per_seed,
-      **{k: float(np.mean([mean(k, e.summaries) for e in evals])) for k in ("substring_acc", "f1", "tool_calls")},
+      **{k: float(np.mean([mean(k, {d: e.summaries[d] for d in sets}) for e in evals]))
+         for k in ("substring_acc", "f1", "tool_calls")},
   }
   x = score_matrix(evals, keys)
   out["interval"] = intervals.bootstrap_interval(x, CONFIDENCE).as_dict()
