@@ -14,10 +14,11 @@ policy, and each warm-up policy three ways (in the tool loop: Base Tool Call; Na
 evaluated on the same held-out questions with `agent_r1_jax.evaluate` (greedy). Writes, in DIR:
 
   table3.md / table4.md   the paper's layouts: EM per data set and per question type (mean over seed runs),
-                          the average EM with its 95% interval, the paired difference to GRPO (Table 3) or to
-                          the unablated run of the same setting (Table 4: PPO at lambda = 1 and at 0.95, GRPO)
-                          with its interval, the paper's average (Qwen2.5-3B-Instruct), substring accuracy, F1,
-                          tool calls per episode and the number of seed runs
+                          the average EM (over `data.average_over`'s sets, default all) with its 95% interval,
+                          the paired difference to GRPO (Table 3) or to the unablated run of the same setting
+                          (Table 4: PPO at lambda = 1 and at 0.95, GRPO) with its interval, the paper's average
+                          (Qwen2.5-3B-Instruct), and over the same sets substring accuracy, F1, tool calls per
+                          episode; the number of seed runs
   results.json            every row's statistics (`experiments/table_layout.row_stats`: also the t-interval over
                           seeds) and every seed run's own figures, training and evaluation seconds (kept from the
                           invocation that did the work), start-parameter hash and config overrides
