@@ -22,7 +22,7 @@ import uuid
 import pytest
 
 from agent_r1_jax.tools import PythonTool, sandbox
-from sandbox_harness import LIMITS, SECRET_ENV, SYSTEM_PYTHON, TIMEOUT_S, run  # noqa: F401 (run: a fixture)
+from sandbox_harness import LIMITS, SECRET_ENV, TIMEOUT_S, run  # noqa: F401 (run: a fixture)
 
 @pytest.fixture
 def host_file():
@@ -56,9 +56,12 @@ def test_reading_a_host_file_fails(run, host_file):
   assert before not in out["stdout"] and "refused FileNotFoundError" in out["stdout"]
   # The host's own files are absent, not only unreadable: / holds the runtime's folders, /etc the loader cache.
   out = run("import os, sys\nprint(sorted(os.listdir('/')))\nprint(os.listdir('/etc'), sorted(os.listdir('/tmp')))\n"
-            "print(os.path.exists('/etc/passwd'), os.path.exists('/etc/shadow'), os.path.exists('/home'))")
-  top, etc_tmp, exists = out["stdout"].splitlines()
-  runtime_paths = [pathlib.Path(p).resolve() for p in (sys.prefix, sys.base_prefix, SYSTEM_PYTHON)]
+            "print(os.path.exists('/etc/passwd'), os.path.exists('/etc/shadow'), os.path.exists('/home'))\n"
+            "print(os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix))")
+  top, etc_tmp, exists, prefixes = out["stdout"].splitlines()
+  # The sandbox binds the runtime of the interpreter that started it (this one as root; the system Python for
+  # the throwaway user), at the same paths, so the snippet's own prefixes name it.
+  runtime_paths = [pathlib.PurePosixPath(p) for p in prefixes.split()]
   runtime = {p.parts[1] for p in runtime_paths}
   assert set(eval(top)) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sandbox", "sbin",
                             "tmp", "usr"} | runtime  # noqa: S307 (a list of names the test printed)
