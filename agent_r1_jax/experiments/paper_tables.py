@@ -226,9 +226,8 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
   shared = run_config("grpo", preset, overrides)
   base_seed, over = int(shared.seed), tuple(shared.data.average_over)
   evaluated = eval_datasets.available_datasets(shared)  # [] where the release files are prepared on first use
-  if evaluated and set(over) - set(evaluated):
-    raise ValueError(f"data.average_over names {sorted(set(over) - set(evaluated))}, which this task does not "
-                     f"evaluate (it evaluates {evaluated}); set data.average_over to some of these, or ()")
+  if evaluated:
+    table_layout.averaged_sets(evaluated, over)  # refuses a set no evaluation will hold, before any training
   t0 = time.perf_counter()
   warmups, baseline_evals = [], {name: [] for name, *_ in BASELINES}
   for m in range(warmup_seeds):
@@ -271,7 +270,7 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
   results: dict[str, Any] = {
       "preset": preset, "overrides": {k: repr(v) for k, v in overrides.items()}, "num_examples": num_examples,
       "seeds": seeds, "warmup_seeds": warmup_seeds,
-      "average_over": table_layout.averaged_sets(baseline_evals["base_tool_call"][0], over),
+      "average_over": table_layout.averaged_sets(list(baseline_evals["base_tool_call"][0].summaries), over),
       "intervals": "95%: percentile bootstrap over seed runs and questions (2,000 resamples); differences paired "
                    "on the questions; also a t-interval over seed means (t_interval)",
       "warmups": warmups,

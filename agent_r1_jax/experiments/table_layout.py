@@ -32,19 +32,19 @@ class SeedEval:
   scores: Mapping[tuple[str, str], float]
 
 
-def averaged_sets(evaluation: SeedEval, over: Sequence[str] = ()) -> list[str]:
-  """The data sets of `evaluation` that the average covers: `over` (every one of them evaluated), or all.
+def averaged_sets(evaluated: Sequence[str], over: Sequence[str] = ()) -> list[str]:
+  """The sets of `evaluated` (data set names, in order) that the average covers: those `over` names, or all.
 
   Raises:
-    ValueError: `over` names a set the evaluation does not hold.
+    ValueError: `over` names a set that is not evaluated.
   """
   if not over:
-    return list(evaluation.summaries)
-  missing = sorted(set(over) - set(evaluation.summaries))
+    return list(evaluated)
+  missing = sorted(set(over) - set(evaluated))
   if missing:
     raise ValueError(f"data.average_over names {missing}, which the tables' evaluations do not hold "
-                     f"(they hold {sorted(evaluation.summaries)}); set data.average_over to some of these, or ()")
-  return [d for d in evaluation.summaries if d in over]
+                     f"(they hold {sorted(evaluated)}); set data.average_over to some of these, or ()")
+  return [d for d in evaluated if d in over]
 
 
 def score_matrix(evals: Sequence[SeedEval], keys: Sequence[tuple[str, str]] | None = None) -> np.ndarray:
@@ -59,7 +59,7 @@ def score_matrix(evals: Sequence[SeedEval], keys: Sequence[tuple[str, str]] | No
 
 def average_em(evaluation: SeedEval, over: Sequence[str] = ()) -> float:
   """One seed run's EM averaged (unweighted) over its averaged data sets (`averaged_sets`)."""
-  sets = averaged_sets(evaluation, over)
+  sets = averaged_sets(list(evaluation.summaries), over)
   return sum(evaluation.summaries[d]["em"] for d in sets) / len(sets)
 
 
@@ -73,7 +73,7 @@ def row_stats(evals: Sequence[SeedEval], reference: Sequence[SeedEval] | None = 
 
   datasets = list(evals[0].summaries)
   kinds = [k for k in TYPE_LABELS if any(f"em_{k}" in s for e in evals for s in e.summaries.values())]
-  sets = averaged_sets(evals[0], over)
+  sets = averaged_sets(datasets, over)
   per_seed = [average_em(e, over) for e in evals]
   keys = sorted(k for k in evals[0].scores if k[0] in sets)
   out: dict[str, Any] = {
