@@ -5,6 +5,7 @@ retrieval is while keeping the right passage within reach."""
 from __future__ import annotations
 
 import collections
+import re
 
 import pytest
 
@@ -59,6 +60,29 @@ def test_the_expert_solves_every_type_given_perfect_retrieval(world):
     if compute_score(t.response_text, t.question["answers"])["em"] == 1.0:
       solved[t.question["type"]] += 1
   assert solved == collections.Counter(q["type"] for q in world.splits["test"])
+
+
+def test_a_comparisons_last_thought_copies_the_first_year_and_compares_in_question_order(world):
+  """The final thought repeats the sentence of the second turn that read the first entity's year (a copy, not a
+  recall), then compares the two years as the passages give them, first entity first."""
+  passages = {p["title"]: p["text"] for p in world.passages}
+  expert = ScriptedExpert(_env(TitleLookup(world.passages), top_k=1), guess_pools={})
+  comparisons = [q for q in world.splits["test"] if q["type"] == "comparison"]
+  assert len(comparisons) >= 20
+  words = collections.Counter()
+  for t in expert.run(comparisons):
+    a, b = t.question["supporting_titles"]
+    year_a, year_b = (re.search(r"\b(\d{4})\b", passages[title]).group(1) for title in (a, b))
+    actions = [text for text, is_action in t.segments if is_action]
+    restated = re.search(r"(The \w+ year of " + re.escape(a) + r" is \d{4}\.)", actions[1]).group(1)
+    assert restated.endswith(f" {year_a}.") and restated in actions[2]
+    word = "earlier" if int(year_a) < int(year_b) else "later"
+    words[word] += 1
+    asked = "earlier" if "earlier" in t.question["question"] else "later"
+    answer = a if word == asked else b
+    assert f"{restated} {year_a} is {word} than {year_b}, so the answer is {answer}." in actions[2]
+    assert t.answer == answer == t.question["answers"][0]
+  assert words["earlier"] and words["later"]
 
 
 def test_namesakes_make_bm25_imperfect_but_keep_the_passage_in_reach(world):

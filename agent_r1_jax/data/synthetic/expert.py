@@ -26,7 +26,7 @@ import json
 import random
 from typing import Any, Mapping, Sequence
 
-from agent_r1_jax.data.synthetic.templates import RELATION_PHRASES
+from agent_r1_jax.data.synthetic.templates import relation_phrase
 
 _IM_END = "<|im_end|>"
 
@@ -56,11 +56,6 @@ class Trajectory:
   @property
   def num_tool_calls(self) -> int:
     return sum(1 for text, is_action in self.segments if is_action and "</tool_call>" in text)
-
-
-def _phrase(relation: str, subject: str, capital: bool = False) -> str:
-  text = RELATION_PHRASES[relation].format(subject)
-  return text[0].upper() + text[1:] if capital else text
 
 
 def tool_call_text(query: str) -> str:
@@ -111,10 +106,10 @@ class ScriptedExpert:
   def _turn_text(self, question: Mapping, step: int, searched: int, guess: str | None) -> tuple[str, bool]:
     """The expert's assistant text at `step` (0-based) and whether it is the final turn."""
     hops = question["hops"]
-    known = (f"{_phrase(hops[step - 1]['relation'], hops[step - 1]['query'], capital=True)} is "
+    known = (f"{relation_phrase(hops[step - 1]['relation'], hops[step - 1]['query'], capital=True)} is "
              f"{hops[step - 1]['value']}." if step > 0 else "")
     if step < searched:
-      need = f"I need {_phrase(hops[step]['relation'], hops[step]['query'])}."
+      need = f"I need {relation_phrase(hops[step]['relation'], hops[step]['query'])}."
       thought = f"{known} Now {need}" if known else need
       return f"<think>{thought}</think>\n{tool_call_text(hops[step]['query'])}", False
     if guess is not None:

@@ -28,6 +28,12 @@ RELATION_PHRASES = {
     "capital": "the capital of {}",
 }
 
+
+def relation_phrase(relation: str, subject: str, capital: bool = False) -> str:
+  """`RELATION_PHRASES[relation]` about `subject` ("the director of X"; "The director of X" with `capital`)."""
+  text = RELATION_PHRASES[relation].format(subject)
+  return text[0].upper() + text[1:] if capital else text
+
 # (anchor kind, question template, relation path)
 PATH_TEMPLATES = {
     "one_hop": (

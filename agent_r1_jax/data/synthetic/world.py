@@ -34,9 +34,11 @@ import random
 from typing import Mapping, Sequence
 
 from agent_r1_jax.data.synthetic import names
-from agent_r1_jax.data.synthetic.templates import ANCHOR_KINDS, COMPARISON_TEMPLATES, HOP_KINDS, PATH_TEMPLATES
+from agent_r1_jax.data.synthetic.templates import (ANCHOR_KINDS, COMPARISON_TEMPLATES, HOP_KINDS, PATH_TEMPLATES,
+                                                   relation_phrase)
 
-GENERATOR_VERSION = 1
+# 2: a comparison's final thought restates the first year and compares in question order (`_comparison_question`).
+GENERATOR_VERSION = 2
 DATA_SOURCE = "synthetic_multihop"
 SPLITS = ("train", "validation", "test")
 
@@ -247,13 +249,26 @@ def _path_question(entities: dict[str, Entity], anchor: str, template: str,
 
 def _comparison_question(entities: dict[str, Entity], a: str, b: str, template: str, relation: str,
                          direction: str) -> dict:
+  """A comparison of `a` and `b` by a year `relation`, and the final thought the expert writes after reading
+  b's year (its turn opens "The release year of b is yb."):
+
+      "The release year of a is ya. ya is earlier than yb, so the answer is a."
+
+  The first sentence repeats, word for word, the sentence of the expert's second turn that read a's year, so
+  the year comes back by matching that phrase rather than by recalling it from two turns before; the two years
+  then stand side by side in a's-then-b's order, and the comparison is one word ("earlier" or "later"). The
+  answer is a when that word is the question's direction, else b. (Generator version 1's thought, "{smaller} is
+  earlier than {larger}, so the answer is ...", asked for a's year from two turns back and for the years in
+  sorted order; its tiny policies mostly wrote the last year read twice. With this one they restate both years
+  but still confuse the two names and the comparison word: 0.12-0.16 of comparisons right after RL either way.)
+  """
   ya, yb = int(entities[a].attrs[relation]), int(entities[b].attrs[relation])
-  earlier = a if ya < yb else b
-  answer = earlier if direction == "earlier" else (b if earlier == a else a)
+  word = "earlier" if ya < yb else "later"
+  answer = a if word == direction else b
   hops = [{"query": a, "relation": relation, "value": str(ya)},
           {"query": b, "relation": relation, "value": str(yb)}]
-  first, second = sorted((ya, yb))
-  thought = f"{first} is earlier than {second}, so the answer is {answer}."
+  thought = (f"{relation_phrase(relation, a, capital=True)} is {ya}. {ya} is {word} than {yb}, so the answer is "
+             f"{answer}.")
   return {"type": "comparison", "question": template.format(a, b), "answers": [answer],
           "supporting_titles": [a, b], "question_entities": [a, b], "hops": hops, "final_thought": thought,
           "answer_kind": "choice"}
