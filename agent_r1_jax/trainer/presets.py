@@ -124,7 +124,7 @@ def apply_tiny_mixed(c: config_dict.ConfigDict) -> None:
   The paper tables average this world's test split alone (`data.average_over`): it stands for the paper's three
   multi-hop sets, whose mean is the paper's Avg.; the one-hop set (one question per test question, which one
   retrieval answers) keeps its column but would give the easiest type half the average's weight, and it is
-  near its ceiling from the warm-up on (0.86), which halves every difference between algorithms.
+  near its ceiling from the warm-up on (0.86-0.92), which halves every difference between algorithms.
   """
   c.data.synthetic.update(dict(hop_mix=(("one_hop", 0.1), ("bridge", 0.35), ("compositional", 0.2),
                                         ("four_hop", 0.1), ("comparison", 0.25)), namesake_rate=0.25))
