@@ -135,7 +135,7 @@ def apply_tiny_mixed(c: config_dict.ConfigDict) -> None:
   # 10 RL steps, not the tiny preset's 15: greedy validation EM peaks by step 6-10 and drifts down after it in
   # every row (mean of 15 seed runs of the five algorithms, generator version 1: 0.36 at step 6, 0.33 at 15), and
   # each row's held-out EM was higher at step 10 than at step 15 (+0.007 to +0.028, three seeds each;
-  # docs/experiments.md, "Generator version 2"). It also leaves the tables' 36 seed runs two thirds of the time.
+  # docs/experiments.md, "Generator version 2 and 10 RL steps"). It also leaves the tables' 36 seed runs two thirds of the time.
   c.trainer.total_steps = 10
   # Dense attention up to 1,024 positions (every row here; warm-up rows reach 925): at [16, 925] the 512-blocks
   # (a map over query blocks, a scan over key blocks, rematerialised) made a warm-up step 2.77x slower on a 2-core

@@ -34,6 +34,7 @@ def relation_phrase(relation: str, subject: str, capital: bool = False) -> str:
   text = RELATION_PHRASES[relation].format(subject)
   return text[0].upper() + text[1:] if capital else text
 
+
 # (anchor kind, question template, relation path)
 PATH_TEMPLATES = {
     "one_hop": (
