@@ -4,8 +4,10 @@ The test launches this file twice as a script (multi-controller JAX, one CPU dev
 `loopback_workers`). Both processes build the steered tiny policy of `test_slot_engine` in float32, a (data=2)
 mesh over the two devices and a `Sampler(mesh=mesh)`: 2 slots per device, so each process streams its episodes
 through its own 2 slots of the 4. Each process drives its own share of the prompts with its own tool thread pool,
-and process 1's tool sleeps on every call, so the processes finish turns at different times: one process must join
-the other's decode chunks with all its rows masked while its tools run, and extends at the other's bucket.
+and process 1's tool holds every call until its process has either joined a decode chunk with all its rows masked
+or agreed that no process decodes, so the processes finish turns at different times: process 1 joins process 0's
+chunks masked while its tools run, and extends at the other's bucket. (Holding instead of sleeping makes the masked
+join independent of the machine's speed: a fixed sleep can end before the next chunk on a slow machine.)
 
 References (computed here, in one process, without a mesh):
   * greedy, each process half of `GREEDY_PROMPTS` (multi-turn calls, tool errors, MAX_TURNS / ANSWER /
@@ -27,7 +29,7 @@ import json
 import pathlib
 import pickle
 import sys
-import time
+import threading
 
 import numpy as np
 import pytest
@@ -36,7 +38,7 @@ import loopback_workers
 
 NUM_PROCESSES = 2
 WORKER_TIMEOUT_S = 240  # hard bound on the whole two-process run (usually far less)
-TOOL_SLEEP_S = 0.2  # process 1's tool latency per call
+TOOL_HOLD_LIMIT_S = 60.0  # a held tool call that sees neither event by then is a bug in the engine's loop
 SLOTS_PER_DEVICE = 2
 GREEDY_CHUNK, SAMPLED_CHUNK = 2, 3
 SAMPLED_SPLIT = (1, 3)  # prompts of SAMPLED_PROMPTS per process
@@ -86,15 +88,30 @@ def _worker(out_dir: pathlib.Path) -> None:
   config = t.rollout_config()
   sampler = t.make_sampler(graphdef, config, mesh)
 
-  class SleepyEnv(t.SteerEnv):
+  # Events of this process's host loop that release a held tool call: a decode chunk joined with all budgets 0, or
+  # an agreement that no process decodes (then nothing can happen until a tool returns).
+  released = threading.Condition()
+  releases = [0]
+
+  def release() -> None:
+    with released:
+      releases[0] += 1
+      released.notify_all()
+
+  class HeldEnv(t.SteerEnv):
     def batch_step(self, texts):
-      time.sleep(TOOL_SLEEP_S)
+      if threading.current_thread() is threading.main_thread():  # the up-front probe (check_env), before the loop
+        return super().batch_step(texts)
+      with released:
+        seen = releases[0]
+        if not released.wait_for(lambda: releases[0] > seen, timeout=TOOL_HOLD_LIMIT_S):
+          raise RuntimeError("held tool call: no masked chunk and no idle agreement")
       return super().batch_step(texts)
 
   # Every slot program call of this process: ("extend", (longest append, busiest device), None) /
   # ("decode", busiest device, sum of this process's budgets); the first two must match across processes.
   calls: list[tuple] = []
-  extend, decode = SlotDecoder.extend, SlotDecoder.decode
+  extend, decode, agreed_max = SlotDecoder.extend, SlotDecoder.decode, multihost.agreed_max
 
   def recorded_extend(self, params, state, rows, reset, *, extend_length=None, busiest=None):
     calls.append(("extend", (extend_length, busiest), None))
@@ -102,10 +119,19 @@ def _worker(out_dir: pathlib.Path) -> None:
 
   def recorded_decode(self, params, state, budgets, *args, busiest=None):
     calls.append(("decode", busiest, int(np.sum(budgets))))
-    return decode(self, params, state, budgets, *args, busiest=busiest)
+    out = decode(self, params, state, budgets, *args, busiest=busiest)
+    if not np.any(budgets):
+      release()
+    return out
 
-  SlotDecoder.extend, SlotDecoder.decode = recorded_extend, recorded_decode
-  env = lambda: t.SteerEnv() if pid == 0 else SleepyEnv()  # noqa: E731
+  def observed_agreement(values):
+    agreed = agreed_max(values)
+    if len(agreed) == 5 and not agreed[1]:  # the slot engine's agreement: [append, any decode, any left, ...]
+      release()
+    return agreed
+
+  SlotDecoder.extend, SlotDecoder.decode, multihost.agreed_max = recorded_extend, recorded_decode, observed_agreement
+  env = lambda: t.SteerEnv() if pid == 0 else HeldEnv()  # noqa: E731
   out = {}
 
   # Misconfigured calls fail on both processes before any slot program (one all-gather, no hang).
@@ -156,7 +182,8 @@ def _check_calls(runs: list[dict], name: str) -> None:
   assert {shape for kind, shape, _ in runs[0]["calls"] if kind == "decode"} == {1, 2}, name
   last_own = max(i for i, budget in enumerate(decodes[1]) if budget > 0)
   masked = [i for i in range(last_own) if decodes[1][i] == 0 and decodes[0][i] > 0]
-  assert masked, f"{name}: process 1 never joined process 0's chunk with its rows masked while it had episodes"
+  assert masked, (f"{name}: process 1 never joined process 0's chunk with its rows masked while it had episodes "
+                 f"(decode budgets per chunk, process 0: {decodes[0]}, process 1: {decodes[1]})")
 
 
 def _global_rows(fn):
