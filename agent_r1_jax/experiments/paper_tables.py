@@ -20,15 +20,18 @@ evaluated on the same held-out questions with `agent_r1_jax.evaluate` (greedy). 
                           (Qwen2.5-3B-Instruct), and over the same sets substring accuracy, F1, tool calls per
                           episode; the number of seed runs
   results.json            every row's statistics (`experiments/table_layout.row_stats`: also the t-interval over
-                          seeds) and every seed run's own figures, training and evaluation seconds (kept from the
-                          invocation that did the work), start-parameter hash and config overrides
+                          seed means, or warm-up means) and every seed run's own figures, training and evaluation
+                          seconds (kept from the invocation that did the work), start-parameter hash and config
+                          overrides
   em_curves.png           validation EM every 3 RL steps, mean over seeds with the seeds' min-max band, beside
                           the warm-up's held-out EM; every row's held-out EM with its interval
 
-Intervals (`experiments/intervals.py`): a percentile bootstrap over seed runs and questions (2,000 resamples);
-differences are paired on the questions. A finished seed run (its `summary.json`) or evaluation (its
-`results.json`) is reused, so an interrupted table resumes where it stopped, and raising `--seeds` trains only
-the new seeds. DIR may be a Cloud Storage directory (`gs://bucket/tables`), like any run's workdir.
+Intervals (`experiments/intervals.py`): a nested percentile bootstrap over warm-ups, each warm-up's seed runs and
+the questions (2,000 resamples; with one warm-up, over seed runs and questions); differences are paired on the
+questions and the warm-ups (each row's runs from warm-up m against the reference's from warm-up m). A finished
+seed run (its `summary.json`) or evaluation (its `results.json`) is reused, so an interrupted table resumes where
+it stopped, and raising `--seeds` trains only the new seeds. DIR may be a Cloud Storage directory
+(`gs://bucket/tables`), like any run's workdir.
 """
 
 from __future__ import annotations
@@ -169,15 +172,16 @@ def evaluate_once(workdir: epath.Path, out_dir: epath.Path, methods: list[str],
   return json.loads(results.read_text())["methods"]
 
 
-def read_seed_eval(out_dir: epath.Path, method: str) -> table_layout.SeedEval:
-  """One evaluation's summaries and per-question EM for `method`, from its results.json and records.jsonl."""
+def read_seed_eval(out_dir: epath.Path, method: str, warmup: int) -> table_layout.SeedEval:
+  """One evaluation's summaries and per-question EM for `method`, from its results.json and records.jsonl, of a
+  run (or baseline) from warm-up `warmup`."""
   summaries = json.loads((out_dir / "results.json").read_text())["methods"][method]
   scores = {}
   for line in (out_dir / "records.jsonl").read_text(encoding="utf-8").splitlines():
     record = json.loads(line)
     if record["method"] == method:
       scores[(record["data_source"], record["example_id"])] = float(record["scores"]["em"])
-  return table_layout.SeedEval(summaries, scores)
+  return table_layout.SeedEval(summaries, scores, warmup)
 
 
 def seed_dirs(warmup_seeds: int, seeds: int) -> list[tuple[int, int, str]]:
@@ -240,7 +244,7 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
     out_dir = root / "eval" / "warmup" / f"seed{m}"
     evaluate_once(warm_dir, out_dir, [method for _, _, method, _ in BASELINES], num_examples)
     for name, _, method, _ in BASELINES:
-      baseline_evals[name].append(read_seed_eval(out_dir, method))
+      baseline_evals[name].append(read_seed_eval(out_dir, method, m))
     warmups.append({"warmup": m, **warm, "sha256": step0_sha256(warm_dir)})
 
   run_evals: dict[str, list[table_layout.SeedEval]] = {}
@@ -258,7 +262,7 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
     if trained["reused"]:  # the times of the invocation that did the work
       old = [r for r in previous.get("runs", {}).get(spec.name, {}).get("seeds", []) if r.get("dir") == name]
       timing.update({key: v for key, v in (old[0] if old else {}).items() if key.endswith("_seconds")})
-    evaluation = read_seed_eval(out_dir, "agent")
+    evaluation = read_seed_eval(out_dir, "agent", m)
     run_evals.setdefault(spec.name, []).append(evaluation)
     start = step0_sha256(run_dir)
     seed_records.setdefault(spec.name, []).append({
@@ -271,8 +275,9 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
       "preset": preset, "overrides": {k: repr(v) for k, v in overrides.items()}, "num_examples": num_examples,
       "seeds": seeds, "warmup_seeds": warmup_seeds,
       "average_over": table_layout.averaged_sets(list(baseline_evals["base_tool_call"][0].summaries), over),
-      "intervals": "95%: percentile bootstrap over seed runs and questions (2,000 resamples); differences paired "
-                   "on the questions; also a t-interval over seed means (t_interval)",
+      "intervals": "95%: nested percentile bootstrap over warm-ups, the seed runs of each and questions (2,000 "
+                   "resamples); differences paired on the questions and the warm-ups; also a t-interval over "
+                   "seed means, or over warm-up means with several warm-ups (t_interval)",
       "warmups": warmups,
       "baselines": {name: table_layout.row_stats(evals, reference, over)
                     for name, evals in baseline_evals.items()},

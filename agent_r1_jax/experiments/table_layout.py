@@ -1,9 +1,10 @@
 """What the paper tables show for one row: EM over seeds with its interval, per data set and per question type,
 the paired difference to a reference row, and the markdown and curves that lay the rows out.
 
-A row's evaluations are one per seed run (`SeedEval`: the run's per-data-set summaries and its per-question EM).
-All runs of a table are evaluated on the same held-out questions (greedy, the first `num_examples` of each data
-set), so the per-question EM of a row is a `[seeds, questions]` matrix, the input of `experiments.intervals`.
+A row's evaluations are one per seed run (`SeedEval`: the run's warm-up, its per-data-set summaries and its
+per-question EM). All runs of a table are evaluated on the same held-out questions (greedy, the first
+`num_examples` of each data set), so the per-question EM of a row is a `[warm-ups, seeds, questions]` array, the
+input of `experiments.intervals` (a baseline row has one evaluation per warm-up: `[warm-ups, 1, questions]`).
 The "EM avg." column, its intervals and the paired differences cover the averaged sets (`over`, the config's
 `data.average_over`; default every evaluated set); every set keeps its own EM column. The intervals weight the
 averaged sets by their questions; with `--num_examples` equal for every data set (the default) that is the
@@ -27,9 +28,10 @@ CONFIDENCE = 0.95
 @dataclasses.dataclass(frozen=True)
 class SeedEval:
   """One seed run's evaluation with one method: `summaries` {data set: summary}, `scores` {(data set, example
-  id): EM}."""
+  id): EM}, `warmup` the index of the warm-up the run started from."""
   summaries: Mapping[str, Mapping[str, float]]
   scores: Mapping[tuple[str, str], float]
+  warmup: int = 0
 
 
 def averaged_sets(evaluated: Sequence[str], over: Sequence[str] = ()) -> list[str]:
@@ -48,13 +50,24 @@ def averaged_sets(evaluated: Sequence[str], over: Sequence[str] = ()) -> list[st
 
 
 def score_matrix(evals: Sequence[SeedEval], keys: Sequence[tuple[str, str]] | None = None) -> np.ndarray:
-  """`[seeds, questions]` EM of `evals` over `keys` (default: the first evaluation's questions, sorted)."""
+  """`[warm-ups, seeds, questions]` EM of `evals` over `keys` (default: the first evaluation's questions, sorted),
+  warm-ups in index order, each warm-up's runs in the order given.
+
+  Raises:
+    ValueError: the runs were evaluated on different questions, or the warm-ups hold different numbers of runs.
+  """
   keys = sorted(evals[0].scores) if keys is None else keys
   sets = {d for d, _ in keys}
   for e in evals:
     if {k for k in e.scores if k[0] in sets} != set(keys):
       raise ValueError("the runs of a table were evaluated on different questions; use one --num_examples")
-  return np.array([[e.scores[k] for k in keys] for e in evals], np.float64)
+  by_warmup: dict[int, list[SeedEval]] = {}
+  for e in evals:
+    by_warmup.setdefault(e.warmup, []).append(e)
+  if len({len(runs) for runs in by_warmup.values()}) != 1:
+    raise ValueError(f"every warm-up needs the same number of seed runs, got "
+                     f"{ {w: len(runs) for w, runs in sorted(by_warmup.items())} }")
+  return np.array([[[e.scores[k] for k in keys] for e in by_warmup[w]] for w in sorted(by_warmup)], np.float64)
 
 
 def average_em(evaluation: SeedEval, over: Sequence[str] = ()) -> float:
