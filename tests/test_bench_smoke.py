@@ -5,6 +5,8 @@ batch field, a changed signature) fails here instead of when someone next measur
 
 from __future__ import annotations
 
+import ast
+import math
 import os
 import pathlib
 import re
@@ -26,6 +28,9 @@ RATIO_LINES = {
     "learner": [rf"^\s+update:\s+ours .*\| ratio\s+{RATIO}", rf"^\s+log-prob: ours .*\| ratio\s+{RATIO}",
                 rf"^\s+on-policy step .*\| shortcut: .*\| ratio\s+{RATIO}",
                 rf"^\| smoke .* \| [\d.]+ ms \| [\d.]+ ms \| {RATIO} \|$"],
+    # The machine's float32 matmul rate (the figure the docs quote), jitted jax.numpy against NumPy's BLAS.
+    "matmul_rate": [r"^cpu: .+; \d+ logical CPUs; load average ", r"^float32 256 x 256 matmul, jitted jax\.numpy: ",
+                    r"^float32 256 x 256 matmul, numpy: ", rf"^ratio jax\.numpy / numpy: {RATIO}$"],
     "python_tool": [rf"^sandbox cost: {RATIO} the time of unisolated snippets"],
     "retrieval": [rf"^BM25Index single query\s+:.*\({RATIO} baseline\)",
                   rf"^ScaNN single query\s+:.*\({RATIO} exact single\)",
@@ -77,3 +82,19 @@ def test_bench_smoke_mode_completes_and_prints_its_ratios(name):
   lines = proc.stdout.splitlines()
   for pattern in RATIO_LINES[name]:
     assert any(re.search(pattern, line) for line in lines), f"no line matches {pattern!r}{tail}"
+
+
+def test_matmul_rate_runs_after_the_plain_install_and_prints_a_positive_rate():
+  """`bench/matmul_rate.py`, the README's way to print the machine's rate, needs only the package's own requirements
+  (no torch, which `pip install -e .` does not install) and prints a positive, finite rate per side."""
+  tree = ast.parse((REPO / "bench" / "matmul_rate.py").read_text())
+  imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+  imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+  assert imported - set(sys.stdlib_module_names) - {"__future__"} == {"jax", "numpy"}  # both in requirements.txt
+  proc = subprocess.run([sys.executable, str(REPO / "bench" / "matmul_rate.py"), "--smoke"], cwd=REPO,
+                        env=_environment(), capture_output=True, text=True, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rates = re.findall(r"^float32 256 x 256 matmul, (jitted jax\.numpy|numpy): ([^ ]+) GFLOP/s", proc.stdout, re.M)
+  assert [side for side, _ in rates] == ["jitted jax.numpy", "numpy"], proc.stdout
+  for _, rate in rates:
+    assert math.isfinite(float(rate)) and float(rate) > 0, proc.stdout
