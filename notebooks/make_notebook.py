@@ -55,26 +55,32 @@ This notebook runs the whole Agent-R1 pipeline (arXiv:2511.14460) on the offline
 4. plots the run's `metrics.jsonl` and prints one of the trained policy's **trajectories** with actions and
    observations marked.
 
-**Budget** (the next cell; environment variable `AGENT_R1_NOTEBOOK_BUDGET`):
+**Parameters** (the next cell; each also read from an environment variable):
 
-- `full` (default) trains the tiny default to the end: the README's main command,
-  `python -m agent_r1_jax.train --config=configs/grpo_multihopqa.py`. The policy learns to call its search tool
-  (0 to 2 calls per episode) and held-out exact match (greedy, 64 test questions) rises from near 0 after warm-up
-  to 0.89-1.00 over the five seeds and worlds the README measured (one machine, others round differently;
-  a warm-up that fails its read check trains extra rounds, about 4 minutes each on that machine). The
-  README also gives the command's wall time on 2-core CPUs with their float32 matmul rates; its time on a Colab GPU or
-  TPU runtime has not been measured.
-- `micro` runs every code path of the notebook at the smallest size (one step of each warm-up stage, 2 GRPO steps
-  of 2 prompts x 5 samples, 4 evaluation questions): about 2 minutes on a 2-core ~145 GFLOP/s CPU shared with
-  other jobs.
-  The model learns nothing at this size (reward -1, exact match 0); it checks that the notebook works, and CI
-  runs it this way.
+- `REPO_URL` (`AGENT_R1_REPO_URL`): the URL to clone this repository from, used only in Colab by the install
+  cell. The repository records no public URL, so there is no default: set it to the URL you got the repository
+  from (your fork, say). Outside Colab it is not used: run the notebook inside a checkout.
+- `BUDGET` (`AGENT_R1_NOTEBOOK_BUDGET`):
+  - `full` (default) trains the tiny default to the end: the README's main command,
+    `python -m agent_r1_jax.train --config=configs/grpo_multihopqa.py`. The policy learns to call its search tool
+    (0 to 2 calls per episode) and held-out exact match (greedy, 64 test questions) rises from 0.03-0.08 after
+    warm-up to 0.89-1.00 over the five training seeds and worlds the README reports (a 2-core Intel Xeon,
+    2026-12-05; other machines round differently). A warm-up that fails its read check trains up to two extra
+    rounds, 4.3 minutes each on that machine. The README gives the command's wall time on 2-core CPUs with their
+    float32 matmul rates (17.6 minutes on a 2-core AMD EPYC at 164-191 GFLOP/s, 2026-12-03); its time on a Colab
+    GPU or TPU runtime has not been measured.
+  - `micro` runs every code path of the notebook at the smallest size (one step of each warm-up stage, 2 GRPO
+    steps of 2 prompts x 5 samples, 4 evaluation questions). The model learns nothing at this size (reward -1,
+    exact match 0); it checks that the notebook works, and CI runs it this way.
+- `RUNS_DIR` (`AGENT_R1_NOTEBOOK_RUNS_DIR`): where the runs are written, relative to the repository root.
 """),
     ("code", """
-# Parameters: the budget ("full" or "micro", see above) and the folder the runs are written to (relative to the
-# repository root). Edit the defaults here or set the environment variables.
+# Parameters (see above). Edit the defaults here or set the environment variables.
 import os
 
+# The URL to clone the repository from, used only in Colab (the install cell clones it into ./agent_r1_jax).
+# The repository records no public URL: set the one you got it from, e.g. "https://github.com/<you>/agent_r1_jax.git".
+REPO_URL = os.environ.get("AGENT_R1_REPO_URL", "")
 BUDGET = os.environ.get("AGENT_R1_NOTEBOOK_BUDGET", "full")
 RUNS_DIR = os.environ.get("AGENT_R1_NOTEBOOK_RUNS_DIR", "runs")
 if BUDGET not in ("full", "micro"):
@@ -84,8 +90,8 @@ print(f"budget: {BUDGET}, runs under: {RUNS_DIR}")
     ("markdown", """
 ## 1. Install
 
-**In Colab**, edit `REPO_URL` to point at your copy of the repository and run the cell: it clones it and
-installs the package with the JAX build that uses the runtime's accelerator (`pip install -e ".[tpu]"` on a TPU
+**In Colab**, set `REPO_URL` in the parameters cell above and run this cell: it clones the repository into
+`agent_r1_jax/` and installs the package with the JAX build that uses the runtime's accelerator (`pip install -e ".[tpu]"` on a TPU
 runtime, `".[cuda12]"` on an NVIDIA GPU, plain `-e .`, the CPU build, otherwise). If Colab then asks to restart
 the session, do so and run the notebook again from the top (the clone is reused). **Anywhere else** the cell does
 nothing: start Jupyter inside a checkout where `pip install -e .` (or one of those extras) has been run.
@@ -95,8 +101,6 @@ import glob
 import shutil
 import subprocess
 import sys
-
-REPO_URL = "https://github.com/YOUR_ACCOUNT/agent_r1_jax.git"  # edit: your copy of the repository
 
 
 def jax_extra() -> str:
@@ -114,7 +118,9 @@ if "google.colab" not in sys.modules:
 else:
   if not os.path.exists("configs/grpo_multihopqa.py"):  # not inside the clone yet
     if not os.path.isdir("agent_r1_jax"):
-      subprocess.run(["git", "clone", REPO_URL], check=True)
+      if not REPO_URL:
+        raise ValueError("set REPO_URL in the parameters cell (or AGENT_R1_REPO_URL) to the repository's clone URL")
+      subprocess.run(["git", "clone", REPO_URL, "agent_r1_jax"], check=True)
     os.chdir("agent_r1_jax")
   extra = jax_extra()
   target = f".[{extra}]" if extra else "."
@@ -255,8 +261,8 @@ run_streamed([sys.executable, "-m", "agent_r1_jax.train", "--config=configs/grpo
 `curves.png` is the trainer's own figure (`trainer/reporting.py`, drawn from `metrics.jsonl` and
 `summary.json`): training reward and EM per RL step, greedy validation and held-out EM, and tool calls per
 episode. The second figure reads the learner's side of `metrics.jsonl`. At the `full` budget the held-out EM
-rises from near 0 to 0.56-1.00 (README) and tool calls from 0 to 2 per episode; at `micro` the curves are two flat
-points.
+rises from 0.03-0.08 to 0.89-1.00 (the README's five runs, a 2-core Intel Xeon, 2026-12-05) and tool calls from 0
+to 2 per episode; at `micro` the curves are two flat points.
 """),
     ("code", """
 import matplotlib.pyplot as plt
@@ -331,11 +337,11 @@ First the untrained model is evaluated the paper's way (Base Tool Call: the inst
 Naive RAG: the retrieved passages in the prompt; No Retrieval), then it is trained: a supervised warm-up on
 expert episodes built from HotpotQA's supporting facts (search the supporting titles, answer), then a few GRPO
 steps. A raw 135M model writes no `<tool_call>` and no `<answer>` tags, so it scores 0 until the warm-up teaches
-it the format (the README's real-model section has the measured figures). At the `full` budget the evaluation
+it the format (`docs/smollm2.md` has the measured figures). At the `full` budget the evaluation
 takes 100 questions and training is the preset's warm-up (60 steps) and 4 GRPO steps of 4 prompts x 4 samples.
-Measured for SmolLM2 on a 2-core CPU (~190 GFLOP/s float32 matmul): warm-up ~45 min, ~6 min per GRPO step
-(~1 min sampling, ~4.5 min learning), 4-7 min per 100 greedy episodes; about 1.5 hours for the whole part. A GPU
-runtime is much faster (not measured).
+Measured for the SmolLM2 preset on a 2-core AMD EPYC at ~180 GFLOP/s float32 matmul (2026-12-02,
+`docs/smollm2.md`): warm-up ~45 min, 6-7 min per GRPO step (70-95 s sampling, 280-340 s learning), 8-12 min per
+200 greedy episodes; from those, about 1.5 hours for the whole part. On a GPU runtime it has not been measured.
 """),
     ("code", """
 from agent_r1_jax import paths

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import shlex
 import subprocess
 import sys
@@ -334,3 +335,26 @@ def test_notebook_runs_top_to_bottom_at_the_micro_budget(tmp_path, monkeypatch):
   real_episode = output_of('real_workdir / "samples.jsonl"')
   assert "Held-out evaluation (greedy)" in real_episode and "question:" in real_episode
   assert "----- ACTION" in real_episode
+
+
+def test_clone_url_is_a_parameter_the_first_code_cell_sets_and_the_first_cell_explains(notebook):
+  """The repository records no public URL, so the notebook invents none: `REPO_URL` is a parameter of the first code
+  cell (empty unless set), explained in the first cell, and the install cell clones it into `agent_r1_jax/`."""
+  first_code = _code_cells(notebook)[0]
+  assert 'REPO_URL = os.environ.get("AGENT_R1_REPO_URL", "")' in first_code
+  first_markdown = "".join(notebook["cells"][0]["source"])
+  assert "`REPO_URL`" in first_markdown and "AGENT_R1_REPO_URL" in first_markdown
+  assigned = [source for source in _code_cells(notebook) if re.search(r"^REPO_URL\s*=", source, re.M)]
+  assert assigned == [first_code]
+  install = _cell_with(notebook, "def jax_extra")
+  assert '"git", "clone", REPO_URL, "agent_r1_jax"' in install and "if not REPO_URL" in install
+
+
+def test_notebook_figures_are_the_readmes(notebook):
+  """Every held-out EM range the notebook quotes (e.g. "0.89-1.00") is the README's, with the README's machine."""
+  markdown = "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
+  readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+  ranges = set(re.findall(r"\b0\.\d\d-[01]\.\d\d\b", markdown))
+  assert "0.89-1.00" in ranges
+  assert not ranges - set(re.findall(r"\b0\.\d\d-[01]\.\d\d\b", readme)), ranges
+  assert "2-core Intel Xeon" in markdown and "2026-12-05" in markdown and "2026-12-05" in readme
