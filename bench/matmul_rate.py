@@ -4,7 +4,7 @@ Not a test: prints, for an n x n float32 matmul (2048 unless told), the rate of 
 (the docs' "float32 matmul N GFLOP/s, jitted 2048 x 2048") and, as the baseline measured in the same run, NumPy's
 BLAS on the same matrices. Each is run once to warm up (compilation, first-call allocations), then timed
 `--repeats` times; the median is reported. Also prints the CPU model, its vector extensions (AVX2, AVX-512, AMX)
-and the load average, since the project's 2-core CPUs differ up to 6x in this rate and other processes slow it.
+and the load average: the 2-core CPUs the docs quote ran at 70-480 GFLOP/s, and other processes slow it.
 Needs only `pip install -e .` (no PyTorch).
 
   python bench/matmul_rate.py                 # 2048 x 2048, 10 repeats
