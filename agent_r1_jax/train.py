@@ -35,20 +35,30 @@ def main(argv: list[str]) -> None:
   config = _CONFIG.value
   if config.dry_run:  # before any backend exists: XLA reads its flags once
     # After flag parsing: only a dry run sets this XLA flag.
-    from agent_r1_jax.trainer.dry_run import use_memory_scheduler  # pylint: disable=import-outside-toplevel
+    from agent_r1_jax.sizing.dry_run import use_memory_scheduler  # pylint: disable=import-outside-toplevel
     use_memory_scheduler()
   from agent_r1_jax.distributed import maybe_initialize  # pylint: disable=import-outside-toplevel  (after flags)
   maybe_initialize()  # multi-host pods: before anything touches a JAX backend; a no-op for one process
   if not config.dry_run and not _WORKDIR.value:
     raise app.UsageError("--workdir is required (a directory for metrics, checkpoints and the HF export)")
-  from agent_r1_jax.trainer.loop import train  # pylint: disable=import-outside-toplevel  (after maybe_initialize)
   try:
-    train(config, _WORKDIR.value)
+    run(config, _WORKDIR.value)
   except ValueError as e:  # a user-fixable problem: one message, no traceback (AGENT_R1_DEBUG=1 shows it)
     if os.environ.get("AGENT_R1_DEBUG"):
       raise
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+
+
+def run(c, workdir: str | None):
+  """The CLI's choice: size the run without weights (`dry_run`: `sizing.dry_run`) or train it (`trainer.train`).
+  Imported here, not at the top: a multi-host run initialises `jax.distributed` first (`main`)."""
+  from agent_r1_jax import trainer  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.sizing.dry_run import dry_run  # pylint: disable=import-outside-toplevel
+  if c.dry_run:
+    trainer.prepare_config(c)
+    return dry_run(c)
+  return trainer.train(c, workdir)
 
 
 def _unknown_override(argv: list[str]) -> str | None:

@@ -52,15 +52,20 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import torch
+try:
+  import torch
+except ImportError:  # `pip install -e .` does not install it: the comparison needs the test requirements
+  sys.exit("bench/learner.py compares against PyTorch, which `pip install -e .` does not install: install the CPU "
+           "build (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu) or the test "
+           "requirements. For this machine's float32 matmul rate alone: python bench/matmul_rate.py")
 import transformers
 from flax import nnx
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM, qwen2_5_0_5b, save_hf_checkpoint  # noqa: E402
-from agent_r1_jax.trainer import learner as lrn  # noqa: E402
-from agent_r1_jax.trainer import optimizer as optimizer_lib  # noqa: E402
+from agent_r1_jax.learner import updates as lrn  # noqa: E402
+from agent_r1_jax.learner import optimizer as optimizer_lib  # noqa: E402
 
 LR = 1e-6  # small, so repeated updates leave the weights (and so the work) essentially unchanged
 CLIP, DUAL_CLIP, KL_COEF = 0.2, 3.0, 0.001

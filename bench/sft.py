@@ -1,7 +1,7 @@
 """Warm-up throughput with length-grouped batches (`sft.length_group`) against random batches, in the same run.
 
 Not a test: prints figures measured in this run on this machine, for a preset's real warm-up data (the synthetic
-world, its expert episodes, the reading and naive-RAG practice; `trainer.warmup.warmup_data`):
+world, its expert episodes, the reading and naive-RAG practice; `warmup.data.warmup_data`):
 
   padding   for each group size g, over the preset's whole planned stage list (`sft.stages`, every batch its
             stage would draw with the run's seed): the tokens the batches compute, B * (P + R) after bucketing
@@ -39,12 +39,12 @@ import numpy as np
 from flax import nnx
 
 from agent_r1_jax.data.sft import first_turns
-from agent_r1_jax.trainer import build as build_lib
+from agent_r1_jax.learner import build as build_lib
 from agent_r1_jax.trainer import config as config_lib
-from agent_r1_jax.trainer import optimizer as optimizer_lib
-from agent_r1_jax.trainer import sft as sft_lib
+from agent_r1_jax.learner import optimizer as optimizer_lib
+from agent_r1_jax.warmup import sft as sft_lib
 from agent_r1_jax.trainer import task as task_lib
-from agent_r1_jax.trainer import warmup as warmup_lib
+from agent_r1_jax.warmup import data as warmup_lib
 
 
 # --smoke: the tiny preset with a few hundred examples per pool, a short stage list and a one-layer model, so the

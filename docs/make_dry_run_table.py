@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from agent_r1_jax.trainer import roofline  # noqa: E402
+from agent_r1_jax.sizing import roofline  # noqa: E402
 
 _GIB = float(1 << 30)
 

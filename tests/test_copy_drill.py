@@ -61,7 +61,7 @@ def test_same_seed_same_examples_other_seed_other_names(tokenizer):
 
 
 def test_copy_stage_is_parsed_and_needs_drill_examples():
-  from agent_r1_jax.trainer.sft import COPY_DRILL, Stage, parse_stages, run_sft
+  from agent_r1_jax.warmup.sft import COPY_DRILL, Stage, parse_stages, run_sft
   stages = parse_stages("copy:200:32,1:10:4,all:5:2")
   assert stages == [Stage(COPY_DRILL, 200, 32), Stage(1, 10, 4), Stage(0, 5, 2)]
   assert [s.is_copy_drill for s in stages] == [True, False, False]
@@ -80,7 +80,7 @@ def _tiny_model(tokenizer, seed=0):
 
 def test_each_batch_draws_from_one_pool_in_proportion_to_its_size(tokenizer):
   """Naive-RAG examples (long prompts) never share a batch with tool-loop episodes; both are drawn."""
-  from agent_r1_jax.trainer.sft import BatchStream
+  from agent_r1_jax.warmup.sft import BatchStream
   short = copy_drill_examples(tokenizer, 300, seed=0)
   long = copy_drill_examples(tokenizer, 100, seed=1)
   for ex in long:
@@ -100,7 +100,7 @@ def test_reading_examples_are_drawn_by_the_whole_episode_stages_only(tokenizer):
   """Episodes whose first turn is context cannot be cut after k turns like the others, so only `all` stages draw
   them, in batches of their own. Marked here by an empty loss mask, a batch of them has loss exactly 0."""
   import dataclasses
-  from agent_r1_jax.trainer.sft import Stage, run_sft
+  from agent_r1_jax.warmup.sft import Stage, run_sft
   examples = copy_drill_examples(tokenizer, 40, seed=0)
   marked = [dataclasses.replace(ex, action_mask=np.zeros_like(ex.action_mask))
             for ex in copy_drill_examples(tokenizer, 40, seed=1)]
@@ -117,7 +117,7 @@ def test_reading_examples_are_drawn_by_the_whole_episode_stages_only(tokenizer):
 def test_adam_b2_reaches_the_optimizer_from_its_second_step(tokenizer):
   """Adam's first update is sign(g) * lr whatever b2 is (bias-corrected v = g^2); from the second on, b2 matters."""
   import jax
-  from agent_r1_jax.trainer.sft import COPY_DRILL, Stage, run_sft
+  from agent_r1_jax.warmup.sft import COPY_DRILL, Stage, run_sft
   drills = copy_drill_examples(tokenizer, 16, seed=0)
 
   def params_after(steps, b2):
@@ -137,7 +137,7 @@ def test_warmup_lr_is_linear_then_cosine_to_zero_at_the_last_step():
   """lr(t) = peak * t / W during warm-up, then peak * (1 + cos(pi (t - W) / (N - W))) / 2 up to the N planned
   steps of every stage."""
   import math
-  from agent_r1_jax.trainer.optimizer import lr_schedule
+  from agent_r1_jax.learner.optimizer import lr_schedule
   peak, warm, planned = 3e-3, 20, 1200
   schedule = lr_schedule(peak, warm, total_steps=planned, schedule="cosine")
 
@@ -151,7 +151,7 @@ def test_warmup_lr_is_linear_then_cosine_to_zero_at_the_last_step():
 def _stream(lengths_per_pool, batch_size, length_group, seed=0):
   """A `BatchStream` over pools of stand-in examples whose prompt + response lengths are given."""
   from types import SimpleNamespace
-  from agent_r1_jax.trainer.sft import BatchStream
+  from agent_r1_jax.warmup.sft import BatchStream
   pools = [[SimpleNamespace(prompt_ids=np.zeros(4, np.int32), response_ids=np.zeros(n - 4, np.int32))
             for n in lengths] for lengths in lengths_per_pool]
   return BatchStream(pools, batch_size, np.random.default_rng(seed), layout={}, length_group=length_group)

@@ -28,7 +28,8 @@ from agent_r1_jax.rewards.multihopqa import exact_match
 from agent_r1_jax.rollout import evaluation
 from agent_r1_jax.sampling import Segment, StopReason
 from agent_r1_jax.tools import format_hits
-from agent_r1_jax.trainer import build, task as task_lib
+from agent_r1_jax.learner import build
+from agent_r1_jax.trainer import task as task_lib
 from agent_r1_jax.trainer.checkpointing import Checkpointer, IncompatibleCheckpointError
 from agent_r1_jax.trainer.config import base_config
 

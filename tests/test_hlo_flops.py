@@ -1,5 +1,5 @@
 """The loop-expanded matmul FLOP count of compiled programs: hand-computed loops on XLA:CPU, and a learner update
-compiled by the TPU compiler (libtpu) against the analytic count of `trainer.flops`, with attention dense and in
+compiled by the TPU compiler (libtpu) against the analytic count of `sizing.flops`, with attention dense and in
 blocks."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from agent_r1_jax.models import Qwen2Config, make_mesh
-from agent_r1_jax.trainer import build, dry_run, flops, hlo_flops
+from agent_r1_jax.learner import build
+from agent_r1_jax.sizing import dry_run, flops, hlo_flops
 from agent_r1_jax.trainer import config as config_lib
 
 
@@ -85,7 +86,7 @@ def test_a_tpu_compiled_update_matches_the_analytic_count(attention_chunk, logit
   attention without loops, and blocked attention (4 x 4 blocks, each rematerialised) with the LM head in 4
   checkpointed blocks, whose loops cost_analysis would count once."""
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-  from agent_r1_jax.trainer import tpu  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.sizing import tpu  # pylint: disable=import-outside-toplevel
   mesh = make_mesh(1, -1, 1, devices=tpu.topology_devices("v5e:2x2"))
   c = config_lib.base_config("grpo", "qwen2.5-0.5b")
   c.update_from_flattened_dict({

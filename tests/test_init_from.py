@@ -12,7 +12,8 @@ import pytest
 from test_trainer import micro_config
 
 from agent_r1_jax.evaluation import policy as policy_lib
-from agent_r1_jax.trainer import build, loop
+from agent_r1_jax.learner import build
+from agent_r1_jax.trainer import loop
 from agent_r1_jax.trainer import task as task_lib
 from agent_r1_jax.trainer.checkpointing import IncompatibleCheckpointError
 

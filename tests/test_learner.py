@@ -11,8 +11,8 @@ import pytest
 from flax import nnx
 
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM, Qwen2ValueModel
-from agent_r1_jax.trainer import learner as lrn
-from agent_r1_jax.trainer import optimizer as optimizer_lib
+from agent_r1_jax.learner import updates as lrn
+from agent_r1_jax.learner import optimizer as optimizer_lib
 
 P, R, B, V = 5, 7, 8, 48
 
@@ -111,7 +111,7 @@ def test_value_loss_falls_on_a_fixed_batch():
 @pytest.mark.slow
 def test_sft_loss_is_the_mean_nll_of_action_tokens_only():
   from agent_r1_jax.data.sft import SFTExample  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.trainer import sft  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.warmup import sft  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(4)
   examples = [SFTExample(rng.integers(1, V, rng.integers(1, P + 1)).astype(np.int32),
                          rng.integers(1, V, n).astype(np.int32), (rng.random(n) < 0.6).astype(np.int32))

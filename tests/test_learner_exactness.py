@@ -15,7 +15,7 @@ from flax import nnx
 
 from agent_r1_jax import rl
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM, Qwen2ValueModel
-from agent_r1_jax.trainer import learner as lrn
+from agent_r1_jax.learner import updates as lrn
 from test_learner import B, P, R, V, _batch
 
 HORIZON = 11          # H of seq-mean-token-sum-norm, deliberately not R (= 7)

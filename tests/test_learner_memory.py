@@ -14,9 +14,10 @@ from flax import nnx
 
 from agent_r1_jax import models
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM
-from agent_r1_jax.trainer import build, dry_run
+from agent_r1_jax.learner import build
+from agent_r1_jax.sizing import dry_run
 from agent_r1_jax.trainer import config as config_lib
-from agent_r1_jax.trainer import learner as lrn
+from agent_r1_jax.learner import updates as lrn
 
 
 def _batch(rng, b, p, r, vocab):

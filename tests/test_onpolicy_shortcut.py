@@ -19,8 +19,8 @@ from flax import nnx
 
 from agent_r1_jax import rl
 from agent_r1_jax.models import Qwen2ForCausalLM
-from agent_r1_jax.trainer import learner as lrn
-from agent_r1_jax.trainer import optimizer as optimizer_lib
+from agent_r1_jax.learner import updates as lrn
+from agent_r1_jax.learner import optimizer as optimizer_lib
 from agent_r1_jax.trainer import loop
 from agent_r1_jax.trainer import rollout_step
 from test_learner import _batch

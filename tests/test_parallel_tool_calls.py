@@ -1,4 +1,4 @@
-"""Parallel tool calls end to end: the trainer's sampler (trainer.build.build_sampler) on a tiny Qwen2 made to write
+"""Parallel tool calls end to end: the trainer's sampler (learner.build.build_sampler) on a tiny Qwen2 made to write
 two tool calls in one turn, the rollout driver and NousToolEnv; and the up-front check that the sampler's stop
 tokens fit the env's setting.
 
@@ -26,7 +26,7 @@ from agent_r1_jax.rollout import EpisodeStop, run_episodes, stop_strings, valida
 from scripted_policy import add_token_chain, byte_tokenizer, chain_bonus
 from agent_r1_jax.sampling import SamplingParams
 from agent_r1_jax.tools import BaseTool, ToolResult
-from agent_r1_jax.trainer import build
+from agent_r1_jax.learner import build
 from agent_r1_jax.trainer.config import base_config
 
 CALL1_BODY = '\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n'

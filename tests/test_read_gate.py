@@ -1,4 +1,4 @@
-"""The warm-up's read check (`trainer.read_gate`): the loop's stopping rule, the measurement against a model's own
+"""The warm-up's read check (`warmup.read_gate`): the loop's stopping rule, the measurement against a model's own
 greedy tokens, the config's errors, and a micro warm-up that trains an extra round and records both checks."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from flax import nnx
 from agent_r1_jax.data.sft import SFTExample
 from agent_r1_jax.models import load_hf_checkpoint
 from agent_r1_jax.trainer import config as config_lib
-from agent_r1_jax.trainer import final_read, loop, read_gate
+from agent_r1_jax.warmup import final_read, read_gate
+from agent_r1_jax.trainer import loop
 from reference_models import random_hf_checkpoint
 from test_trainer import micro_config
 

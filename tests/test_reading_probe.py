@@ -1,4 +1,4 @@
-"""The final read (`trainer.final_read`) and the reading probe: the read span, the teacher-forced check's
+"""The final read (`warmup.final_read`) and the reading probe: the read span, the teacher-forced check's
 alignment, the sets it plays, and its JAX predictions against transformers' PyTorch model."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 
 from agent_r1_jax.data.sft import SFTExample
 from agent_r1_jax.experiments import reading_probe
-from agent_r1_jax.trainer import final_read as rp
+from agent_r1_jax.warmup import final_read as rp
 from agent_r1_jax.models import load_hf_checkpoint
 from reference_models import random_hf_checkpoint
 

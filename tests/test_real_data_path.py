@@ -23,7 +23,8 @@ from flax import nnx
 from agent_r1_jax.data.prepare_multihopqa import prepare
 from agent_r1_jax.evaluation import policy as policy_lib
 from agent_r1_jax.models import Qwen2Config, Qwen2ForCausalLM, save_hf_checkpoint
-from agent_r1_jax.trainer import build, loop, task as task_lib
+from agent_r1_jax.learner import build
+from agent_r1_jax.trainer import loop, task as task_lib
 from agent_r1_jax.trainer.checkpointing import IncompatibleCheckpointError
 from agent_r1_jax.trainer.config import base_config
 from agent_r1_jax.trainer.metrics import read_metrics

@@ -743,7 +743,7 @@ def test_waves_per_process_from_the_config():
   """Waves of max_rows_per_device rows on each batch device, whole groups, split over processes (hand-computed:
   GRPO's 128 x 5 rows on 8 devices at 40 rows per device: 320 rows = 64 prompts, 32 per process of 2)."""
   from agent_r1_jax.trainer import config as config_lib  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.trainer.rollout_sizing import prompts_per_wave  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.sizing.rollout_sizing import prompts_per_wave  # pylint: disable=import-outside-toplevel
   c = config_lib.base_config("grpo", "qwen2.5-1.5b")
   assert prompts_per_wave(c, 8, 1) == 0  # the default: one wave
   c.rollout.max_rows_per_device = 40

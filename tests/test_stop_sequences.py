@@ -258,7 +258,7 @@ def test_smollm2_rollout_stops_on_the_multi_token_close(smollm2_tokenizer):
   Defects caught: build_sampler looking `</tool_call>` up as one token, the rollout's up-front check refusing
   a tokenizer whose `</tool_call>` is several tokens, the variant spelling missing on device."""
   from agent_r1_jax.rollout import EpisodeStop, run_episodes  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.trainer import build  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.learner import build  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.trainer.config import base_config  # pylint: disable=import-outside-toplevel
 
   tok = smollm2_tokenizer

@@ -16,7 +16,8 @@ import sys
 import pytest
 
 from agent_r1_jax.models import make_mesh
-from agent_r1_jax.trainer import build, dry_run, roofline, tpu
+from agent_r1_jax.learner import build
+from agent_r1_jax.sizing import dry_run, roofline, tpu
 from agent_r1_jax.trainer import config as config_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ import pytest
 from agent_r1_jax.rollout import TrajectoryBatch
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import loop
-from agent_r1_jax.trainer import warmup as warmup_lib
+from agent_r1_jax.warmup import data as warmup_lib
 from agent_r1_jax.trainer.checkpointing import IncompatibleCheckpointError
 from agent_r1_jax.trainer.metrics import read_metrics
 
@@ -344,7 +344,7 @@ def test_warmup_adds_naive_rag_examples_from_the_same_fresh_worlds(tmp_path):
 
 
 def test_sft_stage_spec_is_parsed_or_refused_with_one_message():
-  from agent_r1_jax.trainer.sft import Stage, parse_stages
+  from agent_r1_jax.warmup.sft import Stage, parse_stages
   assert parse_stages("1:300:32, 2:150:32,all:150:16") == [Stage(1, 300, 32), Stage(2, 150, 32), Stage(0, 150, 16)]
   for bad in ("", "1:300", "0:10:4", "x:10:4", "all:10:0", "all:-1:4", "1:2:3:4", "-1:10:4", "copy:10"):
     with pytest.raises(ValueError, match="sft.stages"):
@@ -375,7 +375,7 @@ def test_copy_stage_trains_on_the_drill_not_on_trajectories(tmp_path):
   trajectories reach (the trainer's own SFT loss, same model, schedule and seed)."""
   import jax
   from agent_r1_jax.data.synthetic.copy_drill import copy_drill_examples
-  from agent_r1_jax.trainer import sft as sft_lib
+  from agent_r1_jax.warmup import sft as sft_lib
   after = {}
   for stage in ("all", "copy"):
     c = micro_config("grpo", **{"sft.enabled": True, "sft.stages": f"{stage}:40:8", "sft.lr": 3e-3,

@@ -63,7 +63,8 @@ def _check_export_against_checkpoint(workdir: pathlib.Path, tmp_path: pathlib.Pa
 
   from agent_r1_jax.evaluation import policy as policy_lib  # pylint: disable=import-outside-toplevel
   from agent_r1_jax.models import save_hf_checkpoint  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.trainer import build, task as task_lib  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.learner import build  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.trainer import task as task_lib  # pylint: disable=import-outside-toplevel
 
   c = policy_lib.read_workdir_config(workdir)
   c.mesh.fsdp = 1  # this process: one device

@@ -14,9 +14,9 @@ import optax
 import pytest
 from flax import nnx
 
-from agent_r1_jax.trainer import build
+from agent_r1_jax.learner import build
 from agent_r1_jax.trainer import config as config_lib
-from agent_r1_jax.trainer import learner as lrn
+from agent_r1_jax.learner import updates as lrn
 from agent_r1_jax.trainer import loop
 from test_rl_reference import ref_gae
 from test_rl_reference import ref_grpo

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from agent_r1_jax.trainer import config as config_lib
-from agent_r1_jax.trainer import rollout_sizing
+from agent_r1_jax.sizing import rollout_sizing
 from agent_r1_jax.trainer import loop
 from agent_r1_jax.trainer.metrics import read_metrics
 from test_trainer import micro_config

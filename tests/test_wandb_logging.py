@@ -263,9 +263,9 @@ def test_missing_wandb_is_one_error_naming_the_extra_before_anything_is_prepared
       start(c, tmp_path / "run")
     assert "logging.wandb_project='p'" in str(error.value)
   assert not (tmp_path / "run").exists()
-  # A dry run logs nothing, so it does not need the package.
+  # A dry run logs nothing, so it does not need the package: the CLI sizes it after `prepare_config` alone.
   with pytest.raises(AssertionError, match="reached assets.resolve"):
-    loop.train(micro_config("grpo", **{"logging.wandb_project": "p", "dry_run": True}), tmp_path / "run")
+    loop.prepare_config(micro_config("grpo", **{"logging.wandb_project": "p", "dry_run": True}))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
     python -m agent_r1_jax.experiments.reading_probe --workdir=RUN [--step=0] [--num_questions=200]
 
 Held-out EM after RL mixes three skills: deciding to search, querying right, and reading the answer out of the
-last observation, and it costs a whole run. The probe isolates the read (`trainer.final_read`: the scripted
+last observation, and it costs a whole run. The probe isolates the read (`warmup.final_read`: the scripted
 expert's episodes played through the run's own search env, teacher-forced, and whether the policy's argmax
 reproduces the value where the final thought writes it). Accuracy is reported per relation of the final hop
 on three sets:
@@ -22,7 +22,7 @@ import dataclasses
 import json
 from typing import Any, Mapping, Sequence
 
-from agent_r1_jax.trainer.final_read import ProbeItem, model_predictor, probe, probe_items
+from agent_r1_jax.warmup.final_read import ProbeItem, model_predictor, probe, probe_items
 
 # Offsets of the probe's fresh worlds from the task world's seed, before the reading module adds its own (one-hop
 # 1000 + 1, multi-hop 2000 + 1): seeds + 8001 and + 10001, clear of the warm-up's practice worlds (+ 1001..,
@@ -36,7 +36,7 @@ def probe_sets(c: Any, task: Any, num_questions: int) -> dict[str, list[ProbeIte
   # pylint: disable=import-outside-toplevel
   from agent_r1_jax.data.synthetic import expert_trajectories
   from agent_r1_jax.data.synthetic.reading import multi_hop_reading, one_hop_trajectories
-  from agent_r1_jax.trainer.warmup import practice_env_options
+  from agent_r1_jax.warmup.data import practice_env_options
 
   files = task.synthetic_files
   env_options = practice_env_options(c)

@@ -23,7 +23,7 @@ from ml_collections import config_dict
 
 from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.models import Qwen2Config, load_hf_checkpoint
-from agent_r1_jax.trainer import build
+from agent_r1_jax.learner import build
 from agent_r1_jax.trainer.checkpointing import IncompatibleCheckpointError
 
 _ARCH_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",

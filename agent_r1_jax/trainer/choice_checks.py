@@ -1,4 +1,5 @@
-"""The config fields whose value must be one of a fixed set of names or a registry's entries, checked by name.
+"""The trainer's config fields whose value must be one of a fixed set of names or a registry's entries (`algorithm.*`,
+`data.*`, `tool.*`), checked by name; the learner's own choices are `learner.checks`'.
 
 `config.validate` calls `check_choice_fields` first, so a mistyped algorithm, estimator, mask, tool or data source
 is one ValueError naming the field and its valid values before anything is built.
@@ -10,17 +11,12 @@ from ml_collections import config_dict
 
 from agent_r1_jax import rl
 from agent_r1_jax.data.sources import DATA_SOURCES
+from agent_r1_jax.learner.checks import check_choice
 from agent_r1_jax.rewards import known_data_sources
 from agent_r1_jax.rewards.multihopqa import STYLES as REWARD_STYLES
 
 MASK_CHOICES = ("action", "response")
 TASK_SOURCES = ("synthetic", "multihopqa")
-LR_SCHEDULES = ("constant", "cosine")
-
-
-def check_choice(name: str, value, choices) -> None:
-  if value not in choices:
-    raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
 
 
 def check_choice_fields(c: config_dict.ConfigDict) -> None:
@@ -38,10 +34,6 @@ def check_choice_fields(c: config_dict.ConfigDict) -> None:
       ("algorithm.kl_penalty", c.algorithm.kl_penalty, rl.KL_PENALTIES),
       ("algorithm.kl_ctrl", c.algorithm.kl_ctrl, rl.KL_CONTROLLERS),
       ("algorithm.reward_style", c.algorithm.reward_style, REWARD_STYLES),
-      ("actor.kl_loss_type", c.actor.kl_loss_type, rl.KL_PENALTIES),
-      ("actor.loss_agg_mode", c.actor.loss_agg_mode, rl.LOSS_AGG_MODES),
-      ("critic.loss_agg_mode", c.critic.loss_agg_mode, rl.LOSS_AGG_MODES),
-      ("actor.lr_schedule", c.actor.lr_schedule, LR_SCHEDULES),
       ("data.source", c.data.source, TASK_SOURCES),
       ("tool.retriever", c.tool.retriever, RETRIEVER_BACKENDS),
       ("tool.python.isolation", c.tool.python.isolation, ISOLATION_MODES)):

@@ -33,18 +33,17 @@ from __future__ import annotations
 
 import pathlib
 
-import jax
 from ml_collections import config_dict
 
 from agent_r1_jax import rl
 from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.data.prompts import INSTRUCTION
-from agent_r1_jax.trainer.batch_split import check_batch_split
+from agent_r1_jax.learner.checks import check_learner_fields
+from agent_r1_jax.sizing.checks import check_sizing_fields
 from agent_r1_jax.trainer.choice_checks import check_choice_fields
 from agent_r1_jax.trainer.presets import apply_preset
-from agent_r1_jax.trainer.rollout_sizing import batch_devices, check_engine, prompts_per_wave
 from agent_r1_jax.trainer.wandb_logging import check_logging_fields
-from agent_r1_jax.trainer.warmup_checks import check_warmup_fields
+from agent_r1_jax.warmup.checks import check_warmup_fields
 
 ALGORITHMS: dict[str, dict] = {
     "ppo": dict(adv_estimator="gae", use_critic=True, n_samples=1, kl="reward"),
@@ -250,7 +249,7 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.sft = config_dict.ConfigDict()
   c.sft.enabled = False
   # Stages "turns:steps:batch_size,...": trajectories cut after their first `turns` assistant turns (`all`:
-  # whole), shortest first; `copy` stages train on the copy drill. See trainer/sft.py.
+  # whole), shortest first; `copy` stages train on the copy drill. See warmup/sft.py.
   c.sft.stages = "all:200:32"
   c.sft.lr = 1e-3
   c.sft.warmup_steps = 20
@@ -258,7 +257,7 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.sft.adam_b2 = 0.999                         # AdamW's second-moment decay
   # Response positions per LM-head block of the warm-up loss (0: all at once; the tiny recipe is tuned at 0).
   c.sft.logits_chunk_size = 0
-  # > 0: each batch is cut from a length-sorted window of that many batches of one pool (trainer/sft.py,
+  # > 0: each batch is cut from a length-sorted window of that many batches of one pool (warmup/sft.py,
   # `BatchStream`), so it pads to its own examples' length; 0: batches of random examples.
   c.sft.length_group = 0
   c.sft.expert_guess_rate = 0.0                 # the expert guesses instead of searching with this probability
@@ -283,7 +282,7 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # of the read after the last observation that leaves the decision to search to the task world's episodes.
   c.sft.multi_hop_worlds = 0
   c.sft.multi_hop_questions = 800
-  # The read check (synthetic task only; real data warms up without it; trainer/read_gate.py): after the
+  # The read check (synthetic task only; real data warms up without it; warmup/read_gate.py): after the
   # stages, the teacher-forced final read on the first `sft.read_check_questions` validation questions; while
   # fewer than `sft.min_read_accuracy` of them are right, up to `sft.extra_rounds` more rounds of
   # `sft.extra_stage`, each with a fresh AdamW and cosine cycle peaking at `sft.extra_lr`. 0: no check.
@@ -311,7 +310,10 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
 
 
 def validate(c: config_dict.ConfigDict) -> None:
-  """Raises one ValueError naming the field to change; called before anything is built."""
+  """Raises one ValueError naming the field to change; called before anything is built. The trainer checks its
+  own sections (the algorithm's choices, data, tools, the loop, logging) and each package below it its own:
+  `learner.checks` (actor, critic, loss horizon, chunking), `sizing.checks` (dry run, rollout engine, the batch's
+  split over the devices) and `warmup.checks` (`sft.*`)."""
   check_choice_fields(c)
   if c.init_from and not (workdir_lib.workdir_path(c.init_from).is_dir() if workdir_lib.is_remote(c.init_from)
                           else pathlib.Path(c.init_from).expanduser().is_dir()):
@@ -329,12 +331,7 @@ def validate(c: config_dict.ConfigDict) -> None:
   if c.data.source == "multihopqa" and not c.data.prepared_dir and not c.dry_run:
     raise ValueError("data.source='multihopqa' needs --config.data.prepared_dir (the output folder of "
                      "`python -m agent_r1_jax.data.prepare_multihopqa`)")
-  _check_dry_run_fields(c)
   check_logging_fields(c)
-  if not c.dry_run_topology:  # else the dry run checks the split over the slice's devices (check_topology_mesh)
-    check_batch_split(c, batch_devices(c, jax.device_count()), jax.process_count())
-    prompts_per_wave(c, jax.device_count(), jax.process_count())
-  check_engine(c)
   estimator = rl.get_estimator(c.algorithm.adv_estimator)  # what it needs, as registered
   if estimator.needs_group_ids and c.rollout.n_samples < 2:
     raise ValueError(f"{estimator.name} compares samples of the same prompt: set "
@@ -344,28 +341,8 @@ def validate(c: config_dict.ConfigDict) -> None:
   if c.trainer.critic_warmup and not c.algorithm.use_critic:
     raise ValueError(f"trainer.critic_warmup={c.trainer.critic_warmup} freezes the actor while a critic trains, "
                      f"but {c.algorithm.adv_estimator} has no critic: set trainer.critic_warmup=0")
-  horizon = c.algorithm.loss_agg_horizon
-  if horizon is not None and (not isinstance(horizon, int) or horizon < 1):
-    raise ValueError(f"algorithm.loss_agg_horizon must be a positive integer (or None: "
-                     f"rollout.max_response_length), got {horizon!r}")
-  for name in ("logits_chunk_size", "attention_chunk_size"):
-    if not isinstance(c.model[name], int) or c.model[name] < 0:
-      raise ValueError(f"model.{name} must be an integer >= 0 (0: no chunking), got {c.model[name]!r}")
-  check_warmup_fields(c)
   if c.rollout.max_context_length < c.rollout.max_prompt_length + 1:
     raise ValueError("rollout.max_context_length must exceed rollout.max_prompt_length")
-
-
-def _check_dry_run_fields(c: config_dict.ConfigDict) -> None:
-  """`dry_run_topology` and `dry_run_report` are strings that only a dry run reads (the topology's name is
-  checked by libtpu when the dry run starts: `trainer.tpu.topology_devices`)."""
-  for name in ("dry_run_topology", "dry_run_report"):
-    if not isinstance(c[name], str):
-      raise ValueError(f"{name} must be a string, got {c[name]!r}")
-    if c[name] and not c.dry_run:
-      raise ValueError(f"{name}={c[name]!r} is read by the dry run only: add --config.dry_run=True (or unset it)")
-
-
-def loss_agg_horizon(c: config_dict.ConfigDict) -> int:
-  """H of seq-mean-token-sum-norm: `algorithm.loss_agg_horizon`, default `rollout.max_response_length`."""
-  return c.algorithm.loss_agg_horizon or c.rollout.max_response_length
+  check_sizing_fields(c)
+  check_learner_fields(c)
+  check_warmup_fields(c)

@@ -39,13 +39,13 @@ from agent_r1_jax.models import save_hf_checkpoint
 from agent_r1_jax.models.sharding import place as place_on_mesh
 from agent_r1_jax.rollout import evaluation
 from agent_r1_jax.sampling import SamplingParams
-from agent_r1_jax.trainer import actor_checkpoint, assets, backend, build
+from agent_r1_jax.learner import batch_split, build
+from agent_r1_jax.trainer import actor_checkpoint, assets, backend
 from agent_r1_jax.trainer import config as config_lib
-from agent_r1_jax.trainer import batch_split
-from agent_r1_jax.trainer import dry_run as dry_run_lib
-from agent_r1_jax.trainer import read_gate, reporting, sft as sft_lib, task as task_lib
-from agent_r1_jax.trainer import warmup as warmup_lib
+from agent_r1_jax.trainer import reporting, task as task_lib
 from agent_r1_jax.trainer import wandb_logging
+from agent_r1_jax.warmup import run as warmup_run
+from agent_r1_jax.warmup import sft as sft_lib
 from agent_r1_jax.trainer.checkpointing import Checkpointer, Preemption
 from agent_r1_jax.trainer.metrics import MetricsWriter
 from agent_r1_jax.trainer.rollout_step import RolloutStepMixin
@@ -65,8 +65,7 @@ class RLTrainer(RolloutStepMixin):
 
   def __init__(self, c: config_dict.ConfigDict, workdir: str | pathlib.Path):
     wandb_logging.check_installed(c)  # W&B on without its package: one error before anything is prepared or built
-    assets.resolve(c)
-    config_lib.validate(c)
+    prepare_config(c)
     self.c = c
     self.workdir = workdir_lib.workdir_path(workdir)  # a local directory or gs://bucket/dir
     self.workdir.mkdir(parents=True, exist_ok=True)
@@ -142,56 +141,13 @@ class RLTrainer(RolloutStepMixin):
   # ---- warm-up and evaluation -------------------------------------------------------------------------
 
   def warmup(self, log) -> None:
-    """Supervised warm-up (trainer/sft.py) on the expert episodes of `warmup.warmup_data`, with extra rounds while
-    its read check fails (trainer/read_gate.py, `sft.min_read_accuracy`); afterwards the optimizer state
-    restarts and the reference and the critic's backbone become the warmed-up actor."""
-    c, tok = self.c, self.task.tokenizer
-    t0 = time.perf_counter()
-    stages = sft_lib.parse_stages(c.sft.stages)
-    data = warmup_lib.warmup_data(c, self.task, stages, verbose=self.is_chief)
-    examples, rag_examples, reading_examples = data.examples, data.rag_examples, data.reading_examples
-
-    def train(params, stages, *, lr, seed, first_step):
-      return sft_lib.run_sft(
-          self.actor_graphdef, params, examples, stages=stages, drill_examples=data.drill,
-          single_turn_examples=rag_examples, reading_examples=reading_examples,
-          lr=lr, warmup_steps=c.sft.warmup_steps, weight_decay=c.sft.weight_decay, adam_b2=c.sft.adam_b2,
-          prompt_length=data.prompt_length, response_length=c.rollout.max_response_length,
-          pad_id=int(tok.pad_token_id), seed=seed, length_multiple=c.trainer.length_multiple or None,
-          log_fn=None if log is None else lambda step, metrics: log(first_step + step, metrics),
-          logits_chunk_size=c.sft.logits_chunk_size, length_group=c.sft.length_group)
-
-    params = train(self.state["actor"], stages, lr=c.sft.lr, seed=c.seed, first_step=0)
-    if c.sft.min_read_accuracy and not read_gate.applies(c) and self.is_chief:
-      print(f"warm-up read check skipped: it reads the synthetic expert's episodes, and data.source="
-            f"{c.data.source!r}", flush=True)
-    if read_gate.applies(c):
-      planned = sum(stage.steps for stage in stages)
-      extra = sft_lib.parse_stages(c.sft.extra_stage)
-      per_round = sum(stage.steps for stage in extra)
-
-      def train_round(params, index):
-        return train(params, extra, lr=c.sft.extra_lr, seed=(c.seed, index),
-                     first_step=planned + (index - 1) * per_round)
-
-      items = read_gate.validation_items(c, self.task)
-
-      def check(params, rounds):
-        result = read_gate.measure(self.actor_graphdef, params, items, rounds)
-        if self.is_chief:
-          print(f"\nwarm-up read check after {rounds} extra round(s): {result.right}/{result.total} validation "
-                f"reads right ({result.accuracy:.3f}; needed {c.sft.min_read_accuracy}); by the final hop's relation: "
-                f"{result.relation_summary()}", flush=True)
-        return result
-
-      params, checks = read_gate.train_until_reading(params, check=check, train_round=train_round,
-                                                     min_accuracy=c.sft.min_read_accuracy,
-                                                     max_rounds=c.sft.extra_rounds)
-      self.meta["sft_read_checks"] = [done.to_dict() for done in checks]
+    """Supervised warm-up (`warmup.run.warm_up`: its stages, then extra rounds while its read check fails);
+    afterwards the optimizer state restarts and the reference and the critic's backbone become the warmed-up
+    actor."""
+    params, record = warmup_run.warm_up(self.c, self.task, self.actor_graphdef, self.state["actor"], log=log,
+                                        verbose=self.is_chief)
     self._start_policy(params)
-    self.meta.update(sft_seconds=time.perf_counter() - t0,
-                     sft_examples=len(examples) + len(rag_examples) + len(reading_examples),
-                     sft_rag_examples=len(rag_examples), sft_multi_hop_reading_examples=len(reading_examples))
+    self.meta.update(record)
 
   def init_from(self, source: str) -> None:
     """RL starts from `source`'s policy (`--config.init_from`: another run's step-0 checkpoint or a Hugging Face
@@ -382,17 +338,23 @@ class RLTrainer(RolloutStepMixin):
     return summary
 
 
-def train(c: config_dict.ConfigDict, workdir: str | pathlib.Path) -> RunResult | dry_run_lib.DryRunReport:
-  """Validates the config, then either sizes the run (`dry_run`: plan and compiled memory) or trains: after
-  refusing a real preset on the CPU backend (`backend.check_accelerator`) and printing the backend line."""
-  if not c.dry_run:  # a missing W&B package stops the run before assets are prepared (a dry run logs nothing)
-    wandb_logging.check_installed(c)
-  if not c.dry_run:  # a gs:// workdir without its package: one error before assets are prepared
-    workdir_lib.require_backend(workdir)
+def prepare_config(c: config_dict.ConfigDict) -> None:
+  """Fills in, in place, the model and data paths the config names (preparing missing ones: `trainer.assets`),
+  then validates it (`trainer.config.validate`): what both training and the dry run start from."""
   assets.resolve(c)
   config_lib.validate(c)
+
+
+def train(c: config_dict.ConfigDict, workdir: str | pathlib.Path) -> RunResult:
+  """Validates the config and trains, after refusing a real preset on the CPU backend
+  (`backend.check_accelerator`) and printing the backend line. A config with `dry_run` is sized instead by the
+  CLI (`python -m agent_r1_jax.train`, or `sizing.dry_run` after `prepare_config`), never trained."""
   if c.dry_run:
-    return dry_run_lib.dry_run(c)
+    raise ValueError("dry_run=True sizes a run and trains nothing: run it with `python -m agent_r1_jax.train`, or "
+                     "call agent_r1_jax.trainer.prepare_config(c) and then agent_r1_jax.sizing.dry_run(c)")
+  wandb_logging.check_installed(c)  # a missing W&B package stops the run before assets are prepared
+  workdir_lib.require_backend(workdir)  # a gs:// workdir without its package: one error before assets are prepared
+  prepare_config(c)
   backend.check_accelerator(c)  # a real preset on a CPU-only jaxlib: refuse, naming the extra to install
   if jax.process_index() == 0:
     print(backend.describe_backend(), flush=True)

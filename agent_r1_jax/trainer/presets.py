@@ -43,7 +43,7 @@ def apply_tiny(c: config_dict.ConfigDict) -> None:
   the read after the second observation that leaves the decision to search alone). The expert is the paper's
   starting point in miniature: on 60% of the two-hop questions it answers from "memory" without searching
   (`sft.expert_guess_at="start"`), like an instruct model that under-uses its tools, so the warmed-up policy
-  guesses and RL has to discover that searching pays. Last, the read check (`trainer.read_gate`): if fewer than
+  guesses and RL has to discover that searching pays. Last, the read check (`warmup.read_gate`): if fewer than
   0.9 of 200 validation episodes' final values are read right (teacher-forced), up to two more rounds of 400
   whole-episode steps with a fresh AdamW peaking at 1e-3; a warm-up that reads trains exactly as without it.
   Rollouts sample at temperature 0.7 (the learner scores them at the same temperature). Batches are padded to

@@ -11,7 +11,7 @@ from etils import epath
 
 from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.trainer.metrics import read_metrics
-from agent_r1_jax.trainer.sft import COPY_DRILL
+from agent_r1_jax.warmup.sft import COPY_DRILL
 
 _TABLE_METRICS = ("em", "f1", "format", "score", "turns", "tool_calls")
 

@@ -11,7 +11,7 @@ by step and process, so they are unique over the run and the processes), with th
 engine); returns the trajectories (this process's rows) and one score dict per row.
 
 prepare_batch(traj, scores): the learner batch of `B` global rows (all processes), prompt width `P` and response
-width `R` (the layout in trainer/learner.py), in this order:
+width `R` (the layout in learner/updates.py), in this order:
 
     trim              P, R cut to the longest prompt / response over all processes, rounded up to
                       `trainer.length_multiple` (at most the rollout limits): only padding columns go
@@ -41,8 +41,9 @@ import jax.numpy as jnp
 from agent_r1_jax import rl
 from agent_r1_jax.rollout import evaluation, run_episodes_in_waves, run_slot_episodes
 from agent_r1_jax.sampling.multihost import agreed_max
-from agent_r1_jax.trainer import batch_split, rollout_sizing
-from agent_r1_jax.trainer import learner as learner_lib
+from agent_r1_jax.learner import batch_split
+from agent_r1_jax.sizing import rollout_sizing
+from agent_r1_jax.learner import updates as learner_lib
 
 
 class RolloutStepMixin:

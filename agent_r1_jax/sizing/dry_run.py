@@ -2,7 +2,7 @@
 
 Every program one RL step runs is sized twice, side by side:
 
-  plan      the analytic estimate of `trainer.memory` (shapes and formulas only; instant);
+  plan      the analytic estimate of `sizing.memory` (shapes and formulas only; instant);
   compiled  XLA's own account: the program is AOT-lowered for abstract inputs (`jax.ShapeDtypeStruct`
             parameters, optimizer states, caches and batches, each with the sharding the run gives it; no
             array is allocated) and compiled for the configured mesh, and `Compiled.memory_analysis()`
@@ -14,12 +14,12 @@ Where it compiles:
   XLA:CPU   (default) on this host's devices; on a CPU host a mesh of N simulated devices comes from
             `XLA_FLAGS=--xla_force_host_platform_device_count=N`. An estimate: XLA:CPU lays out and schedules
             differently from an accelerator. The verdict's budget is `--config.dry_run_memory_gb`.
-  XLA:TPU   with `--config.dry_run_topology=v5e:2x4` (libtpu, `trainer.tpu`): the mesh spans that slice's
+  XLA:TPU   with `--config.dry_run_topology=v5e:2x4` (libtpu, `sizing.tpu`): the mesh spans that slice's
             devices and the TPU compiler itself sizes every program, as it would on the hardware (tiled
             layouts, its scheduler). The budget is the HBM that compiler allows one device (15.75 GiB of a
             v5e's 16); a program it refuses as too large becomes a "does not fit" row quoting its figure.
             Each row also gets a roofline time per loop iteration from the chip's published peak and HBM
-            bandwidth (`trainer.roofline`).
+            bandwidth (`sizing.roofline`).
 
 A program's peak is its compiled total (arguments + outputs - donated + temporaries) plus the state that
 stays resident on the device while it runs but is not one of its arguments (e.g. the optimizer state and
@@ -56,12 +56,12 @@ from agent_r1_jax.rollout.stop_strings import turn_stop_strings
 from agent_r1_jax.sampling import Sampler, SamplingParams, buckets
 from agent_r1_jax.sampling import programs as sampling_programs
 from agent_r1_jax.sampling.slots import SlotDecoder
-from agent_r1_jax.trainer import build
-from agent_r1_jax.trainer import batch_split, rollout_sizing
-from agent_r1_jax.trainer import learner as learner_lib
-from agent_r1_jax.trainer import flops as flops_lib
-from agent_r1_jax.trainer import hlo_flops, memory, roofline, tpu
-from agent_r1_jax.trainer.dry_run_report import _GIB, DryRunReport, ProgramMemory
+from agent_r1_jax.learner import batch_split, build
+from agent_r1_jax.learner import updates as learner_lib
+from agent_r1_jax.sizing import checks as sizing_checks
+from agent_r1_jax.sizing import flops as flops_lib
+from agent_r1_jax.sizing import hlo_flops, memory, roofline, rollout_sizing, tpu
+from agent_r1_jax.sizing.report import _GIB, DryRunReport, ProgramMemory
 
 # The slot engine's programs are planned as the lockstep ones they generalise (over the slots' rows).
 _PLANNED_AS = {"slot_extend": "extend", "decode_chunk": "decode", "slot_extend_gathered": "extend",
@@ -195,7 +195,7 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
   # The sampler holds one wave's rows (`rollout.max_rows_per_device`), or the whole step's; the slot engine its slots.
   slots = c.rollout.engine == "slots"
   if slots:
-    sampled_rows = rollout_sizing.slots_per_device(c, devices, 1) * rollout_sizing.batch_devices(c, devices)
+    sampled_rows = rollout_sizing.slots_per_device(c, devices, 1) * batch_split.batch_devices(c, devices)
   else:
     sampled_rows = rollout_sizing.prompts_per_wave(c, devices, 1) * c.rollout.n_samples or rows
   shape = memory.RunShape.from_config(c, arch, dict(mesh.shape), rollout_rows=buckets.batch_bucket(sampled_rows),
@@ -211,7 +211,7 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
     sampling = SamplingParams(temperature=c.rollout.temperature, top_k=c.rollout.top_k, top_p=c.rollout.top_p)
     prepared = sampler.abstract_prepared(actor)
     if slots:  # a prompt and an observation are appended by the same program: its widest call is the longer
-      decoder = SlotDecoder(sampler, slots_per_device=sampled_rows // rollout_sizing.batch_devices(c, devices),
+      decoder = SlotDecoder(sampler, slots_per_device=sampled_rows // batch_split.batch_devices(c, devices),
                             decode_chunk=c.rollout.decode_chunk)
       # "_gathered": the call compacted to its widest gather (half the slots per chip), which holds the gathered
       # rows beside the slots.
@@ -300,7 +300,7 @@ def _target(c: config_dict.ConfigDict) -> _Target:
     return _Target(devices=None, chip=None, budget_bytes=float(c.dry_run_memory_gb) * _GIB)
   devices = tpu.topology_devices(c.dry_run_topology)
   chip = tpu.chip_of(devices)
-  batch_split.check_topology_mesh(c, len(devices))
+  sizing_checks.check_topology_mesh(c, len(devices))
   budget = tpu.compiler_hbm_bytes(devices, fallback=chip.compiler_hbm_bytes)
   return _Target(devices=devices, chip=chip, budget_bytes=float(budget))
 

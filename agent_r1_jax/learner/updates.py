@@ -50,8 +50,8 @@ from flax import nnx
 
 from agent_r1_jax import rl
 from agent_r1_jax.models import merge_for_compute
-from agent_r1_jax.trainer.microbatch import accumulate_gradients, map_micro
-from agent_r1_jax.trainer.optimizer import apply_update
+from agent_r1_jax.learner.microbatch import accumulate_gradients, map_micro
+from agent_r1_jax.learner.optimizer import apply_update
 
 Batch = dict[str, jax.Array]
 

@@ -1,4 +1,4 @@
-"""The supervised warm-up's data: which expert episodes a run trains on before RL (trainer/sft.py trains).
+"""The supervised warm-up's data: which expert episodes a run trains on before RL (warmup/sft.py trains).
 
   synthetic task   the scripted expert in the task world (no question naming a held-out entity), its one-hop
                    episodes and their naive-RAG form in fresh worlds, its multi-hop episodes in other fresh
@@ -20,7 +20,7 @@ from agent_r1_jax.data.synthetic import expert_trajectories, held_out_entities, 
 from agent_r1_jax.data.synthetic.copy_drill import copy_drill_examples
 from agent_r1_jax.data.synthetic.reading import (blended_relation_mix, multi_hop_reading, naive_rag_examples,
                                                  one_hop_trajectories, relation_fact_counts, task_relation_mix)
-from agent_r1_jax.trainer import sft as sft_lib
+from agent_r1_jax.warmup import sft as sft_lib
 
 
 @dataclasses.dataclass

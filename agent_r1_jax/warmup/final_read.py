@@ -9,7 +9,7 @@ where the expert writes the value it read, is checked token by token:
 
 The read counts as right when argmax_v p(v | episode, v_<j) is the expert's v_j for every j = 1..n (the value's
 first tokens in the final assistant turn; the <answer> copy after it is not the read). `probe` tallies it per
-relation of the final hop. Used by the warm-up's reading check (`trainer.read_gate`) and by the reading-probe
+relation of the final hop. Used by the warm-up's reading check (`warmup.read_gate`) and by the reading-probe
 experiment (`experiments.reading_probe`).
 """
 

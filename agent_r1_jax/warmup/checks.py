@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ml_collections import config_dict
 
-from agent_r1_jax.trainer.sft import parse_stages
+from agent_r1_jax.warmup.sft import parse_stages
 
 READING_RELATIONS = ("task", "uniform")
 
@@ -34,11 +34,11 @@ def check_warmup_fields(c: config_dict.ConfigDict) -> None:
 
 
 def check_read_check_fields(c: config_dict.ConfigDict) -> None:
-  """The warm-up's read check (`sft.min_read_accuracy` and the fields it uses; trainer/read_gate.py)."""
+  """The warm-up's read check (`sft.min_read_accuracy` and the fields it uses; warmup/read_gate.py)."""
   threshold = c.sft.min_read_accuracy
   if not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
     raise ValueError(f"sft.min_read_accuracy must be a number in [0, 1] (0: no read check), got {threshold!r}")
-  if not threshold or c.data.source != "synthetic":  # real data: no check (trainer/read_gate.py)
+  if not threshold or c.data.source != "synthetic":  # real data: no check (warmup/read_gate.py)
     return
   if not isinstance(c.sft.read_check_questions, int) or c.sft.read_check_questions < 1:
     raise ValueError(f"sft.read_check_questions must be an integer >= 1 with the read check on, got "

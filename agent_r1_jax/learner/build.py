@@ -21,9 +21,9 @@ from agent_r1_jax.models import (Qwen2Config, Qwen2ForCausalLM, Qwen2ValueModel,
 from agent_r1_jax.rollout import RolloutConfig
 from agent_r1_jax.rollout.stop_strings import turn_stop_sequences
 from agent_r1_jax.sampling import Sampler
-from agent_r1_jax.trainer import config as config_lib
-from agent_r1_jax.trainer import learner as learner_lib
-from agent_r1_jax.trainer import optimizer as optimizer_lib
+from agent_r1_jax.learner import optimizer as optimizer_lib
+from agent_r1_jax.learner import updates as learner_lib
+from agent_r1_jax.learner.checks import loss_agg_horizon
 
 _MODEL_FINGERPRINT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                              "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings")
@@ -134,7 +134,7 @@ def build_learner(c: config_dict.ConfigDict, actor_graphdef: nnx.GraphDef, criti
   has none); `trainer.critic_warmup` (actor frozen) is the loop's business.
   """
   a, cr = c.actor, c.critic
-  horizon = config_lib.loss_agg_horizon(c)
+  horizon = loss_agg_horizon(c)
   updates_per_step = a.ppo_epochs * a.num_mini_batches
   actor_tx = optimizer_lib.make_optimizer(lr=a.lr, warmup_steps=a.warmup_steps * updates_per_step,
                                           weight_decay=a.weight_decay, grad_clip=a.grad_clip,

@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from agent_r1_jax.trainer import roofline
+from agent_r1_jax.sizing import roofline
 
 EXAMPLES = ("v5e:2x2", "v5e:2x4", "v5e:4x8", "v6e:2x4", "v4:2x2x1", "v5p:2x2x1", "tpu7x:2x2x1")
 # Generations whose two TensorCores per chip run as one "megacore" device (libtpu's chip config of that name).
@@ -98,7 +98,7 @@ def chip_of(devices: list[Any]) -> roofline.Chip:
   kind = devices[0].device_kind
   if kind not in _DEVICE_KINDS:
     raise ValueError(f"no published figures for TPU device kind {kind!r} (known: {sorted(_DEVICE_KINDS)}); "
-                     f"add it to trainer/roofline.py CHIPS and trainer/tpu.py _DEVICE_KINDS")
+                     f"add it to sizing/roofline.py CHIPS and sizing/tpu.py _DEVICE_KINDS")
   return roofline.CHIPS[_DEVICE_KINDS[kind]]
 
 

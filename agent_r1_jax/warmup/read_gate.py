@@ -15,7 +15,7 @@ missing:
         peaking at `sft.extra_lr`; its batches drawn by the seed (run seed, round)
         rounds += 1; measure a again
 
-The check is teacher-forced (`trainer.final_read`), reads validation questions only (never the test split), and
+The check is teacher-forced (`warmup.final_read`), reads validation questions only (never the test split), and
 draws no random numbers: a warm-up that already reads trains exactly as it would without the check. Every
 measurement is kept (`ReadCheck`) and lands in the run's summary.
 
@@ -32,7 +32,7 @@ from typing import Any, Callable
 from flax import nnx
 from ml_collections import config_dict
 
-from agent_r1_jax.trainer import final_read
+from agent_r1_jax.warmup import final_read
 
 # train_round(params, round_index) -> params: one extra round of `sft.extra_stage` (round_index counts from 1).
 RoundTrainer = Callable[[nnx.State, int], nnx.State]

@@ -1,7 +1,7 @@
 """TPU chips' published figures and the roofline estimate of a program's time on one of them.
 
 `CHIPS` holds, per chip generation, what Google Cloud's TPU pages publish per chip (HBM capacity, HBM bandwidth,
-bf16 peak), how many JAX devices libtpu makes of one chip (the chip config `trainer.tpu` asks for: v4 and v5p
+bf16 peak), how many JAX devices libtpu makes of one chip (the chip config `sizing.tpu` asks for: v4 and v5p
 as one "megacore" device; TPU7x as two devices, one per TensorCore), and the HBM the TPU compiler lets one
 device use (what it prints in "exceeds available HBM (15.75G)", read from libtpu 0.0.42; the dry run asks the
 compiler again and uses its answer, this figure is the fallback). The published capacity is not what a

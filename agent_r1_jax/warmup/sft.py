@@ -35,8 +35,8 @@ import optax
 from flax import nnx
 
 from agent_r1_jax.data.sft import collate, first_turns
-from agent_r1_jax.trainer import learner as learner_lib
-from agent_r1_jax.trainer import optimizer as optimizer_lib
+from agent_r1_jax.learner import updates as learner_lib
+from agent_r1_jax.learner import optimizer as optimizer_lib
 
 
 COPY_DRILL = -1  # `Stage.turns` of a copy-drill stage

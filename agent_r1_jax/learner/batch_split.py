@@ -13,36 +13,13 @@ import math
 
 from ml_collections import config_dict
 
-from agent_r1_jax.trainer.rollout_sizing import batch_devices, prompts_per_wave
 
-
-def check_topology_mesh(c: config_dict.ConfigDict, device_count: int) -> None:
-  """With `dry_run_topology`: `c.mesh` spans the slice's `device_count` devices (a -1 size fills them, fixed
-  sizes must multiply to it) and the batch splits over them as on the hardware. One ValueError naming the fix."""
+def batch_devices(c: config_dict.ConfigDict, device_count: int) -> int:
+  """Devices the batch rows are split over (`mesh.data * mesh.fsdp`, a -1 size filled from `device_count`)."""
   sizes = dict(c.mesh)
-  product = math.prod(sizes.values())
-  if -1 not in sizes.values() and product != device_count:
-    fsdp = max(device_count // (sizes["data"] * sizes["tensor"]), 1)  # what fsdp=-1 fills
-    hint = _micro_batch_hint(c, sizes["data"] * fsdp)
-    raise ValueError(f"mesh {sizes} spans {product} device(s), dry_run_topology={c.dry_run_topology!r} has "
-                     f"{device_count}: set --config.mesh.fsdp=-1 (fills the slice){hint}")
-  check_batch_split(c, batch_devices(c, device_count), 1)
-  prompts_per_wave(c, device_count, 1)
-
-
-def _micro_batch_hint(c: config_dict.ConfigDict, devices: int) -> str:
-  """" and --config.actor.micro_batch_size_per_device=N": the largest size <= the configured one whose
-  micro-batches divide the mini-batch over `devices` batch devices, for each section that needs a change."""
-  mini = c.trainer.batch_size * c.rollout.n_samples // c.actor.num_mini_batches
-  hints = []
-  for section in ("actor", "critic") if c.algorithm.use_critic else ("actor",):
-    per_device = c[section].micro_batch_size_per_device
-    if mini % (per_device * devices) == 0:
-      continue
-    fits = [p for p in range(per_device, 0, -1) if mini % (p * devices) == 0]
-    hints.append(f"--config.{section}.micro_batch_size_per_device={fits[0]}" if fits else
-                 f"a mini-batch of {mini} rows that splits over {devices} devices (trainer.batch_size)")
-  return "".join(f" and {h}" for h in hints)
+  product = math.prod(v for v in sizes.values() if v != -1)
+  filled = {k: (max(device_count // product, 1) if v == -1 else v) for k, v in sizes.items()}
+  return filled["data"] * filled["fsdp"]
 
 
 def check_batch_split(c: config_dict.ConfigDict, devices: int, processes: int) -> None:
@@ -69,4 +46,4 @@ def micro_batches(c: config_dict.ConfigDict, section: str, rows: int, device_cou
   return rows // (c[section].micro_batch_size_per_device * batch_devices(c, device_count))
 
 
-__all__ = ["check_batch_split", "check_topology_mesh", "micro_batches"]
+__all__ = ["batch_devices", "check_batch_split", "micro_batches"]

@@ -1,21 +1,11 @@
-"""How a step's rollout rows map onto the mesh: the batch devices, the lockstep engine's waves and the slot
-engine's slots (`rollout.engine`, `rollout.max_rows_per_device`, `rollout.slots_per_device`)."""
+"""How a step's rollout rows map onto the mesh's batch devices (`learner.batch_split.batch_devices`): the lockstep
+engine's waves and the slot engine's slots (`rollout.engine`, `rollout.max_rows_per_device`, `rollout.slots_per_device`)."""
 
 from __future__ import annotations
 
 from ml_collections import config_dict
 
-
-def batch_devices(c: config_dict.ConfigDict, device_count: int) -> int:
-  """Devices the batch rows are split over (`mesh.data * mesh.fsdp`, a -1 size filled from `device_count`)."""
-  sizes = dict(c.mesh)
-  fixed = [v for v in sizes.values() if v != -1]
-  product = 1
-  for v in fixed:
-    product *= v
-  filled = {k: (max(device_count // product, 1) if v == -1 else v) for k, v in sizes.items()}
-  return filled["data"] * filled["fsdp"]
-
+from agent_r1_jax.learner.batch_split import batch_devices
 
 ENGINES = ("lockstep", "slots")
 

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from typing import Any
 
-from agent_r1_jax.trainer import roofline
+from agent_r1_jax.sizing import roofline
 
 _GIB = float(1 << 30)
 

@@ -1,0 +1,16 @@
+"""Sizing a run before renting the hardware (`--config.dry_run=True`): every program of one RL step compiled at
+the configured shapes, without weights, for this host or a TPU slice, beside an analytic plan.
+
+  dry_run         the dry run: compile each program, measure it, print and write the report
+  report          one program's per-device memory and costs, the run's table, checks, verdict and JSON
+  hlo_flops       matmul FLOPs of a compiled program read from its HLO, every counted loop expanded
+  flops           the analytic FLOPs of a learner micro-batch
+  memory          the analytic per-device memory plan of every program
+  roofline        chips' published figures and a program's roofline time
+  tpu             TPU topologies for compiling without the hardware (libtpu)
+  rollout_sizing  how a step's rollout rows map onto slots and waves
+  checks          the sizing sections of a config (dry run, rollout engine, the batch's split over devices)
+
+Built on `learner` (the programs it compiles are the learner's and the sampler's); the CLI
+(`agent_r1_jax.train`) chooses it or training.
+"""
