@@ -70,8 +70,9 @@ This notebook runs the whole Agent-R1 pipeline (arXiv:2511.14460) on the offline
     float32 matmul rates (17.6 minutes on a 2-core AMD EPYC at 164-191 GFLOP/s, 2026-12-03); its time on a Colab
     GPU or TPU runtime has not been measured.
   - `micro` runs every code path of the notebook at the smallest size (one step of each warm-up stage, 2 GRPO
-    steps of 2 prompts x 5 samples, 4 evaluation questions). The model learns nothing at this size (reward -1,
-    exact match 0); it checks that the notebook works, and CI runs it this way.
+    steps of 2 prompts x 5 samples, 4 evaluation questions): 6.3 minutes as CI runs it, part 5 skipped, on a 2-core
+    AMD EPYC at ~82 GFLOP/s shared with other jobs (2026-12-07). The model learns nothing at this size (reward -1,
+    exact match 0); it checks that the notebook works.
 - `RUNS_DIR` (`AGENT_R1_NOTEBOOK_RUNS_DIR`): where the runs are written, relative to the repository root.
 """),
     ("code", """
