@@ -57,7 +57,7 @@ DENIED = ("unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_
           "syslog", "vhangup", "lookup_dcookie")
 
 # System call numbers per architecture: x86_64 from arch/x86/entry/syscalls/syscall_64.tbl, aarch64 from the
-# generic table (include/uapi/asm-generic/unistd.h). tests/test_seccomp_filter.py checks them against the
+# generic table (include/uapi/asm-generic/unistd.h). tests/test_sandbox_mechanisms.py checks them against the
 # installed kernel headers.
 SYSCALLS = {
     "x86_64": dict(
