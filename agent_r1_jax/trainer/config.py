@@ -142,7 +142,7 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.tool.top_k = 5
   c.tool.timeout_s = 30.0
   # The `python` tool (tool.tools=("python",)): a sandbox per snippet ("none": unisolated, unsafe); its guarantees,
-  # cgroup_parent and accept_missing ("cgroup", "seccomp"): tools/python_tool.py and the README.
+  # cgroup_parent and accept_missing ("cgroup", "seccomp"): tools/python_tool.py and docs/guide.md, "The python tool".
   c.tool.python = config_dict.ConfigDict(dict(isolation="namespaces", time_limit_s=5.0, memory_limit_mb=512,
                                               disk_limit_mb=16, max_processes=32, max_output_chars=4096, cpus=1.0,
                                               cgroup_parent="", accept_missing=""))

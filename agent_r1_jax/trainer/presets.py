@@ -47,8 +47,8 @@ def apply_tiny(c: config_dict.ConfigDict) -> None:
   0.9 of 200 validation episodes' final values are read right (teacher-forced), up to two more rounds of 400
   whole-episode steps with a fresh AdamW peaking at 1e-3; a warm-up that reads trains exactly as without it.
   Rollouts sample at temperature 0.7 (the learner scores them at the same temperature). Batches are padded to
-  multiples of 16 tokens (`trainer.length_multiple`): the prompts are ~30 tokens. Measured figures are in the
-  README.
+  multiples of 16 tokens (`trainer.length_multiple`): the prompts are ~30 tokens. Measured figures, with their
+  machines and dates: docs/measurements.md, "The default run".
   """
   c.model.hidden_size = 128
   c.model.intermediate_size = 384
