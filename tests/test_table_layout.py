@@ -1,6 +1,8 @@
-"""`experiments.table_layout.row_stats` with `data.average_over`: the average, its intervals and the paired
-difference cover the averaged sets alone, every set keeps its EM column, and a set no evaluation holds is refused;
-runs from several warm-ups are grouped by warm-up (`score_matrix`), and unbalanced warm-ups are refused."""
+"""`experiments.table_layout`: `row_stats` with `data.average_over` (the average, its interval and the paired
+difference cover the averaged sets alone, every set keeps its EM column, a set no evaluation holds is refused);
+"EM avg." is one figure, the unweighted mean over the sets, in the cell, `avg_em` and the interval; runs grouped
+by warm-up and RL seed (`score_matrix`), a row against itself exactly 0, and every table line naming its interval
+method."""
 
 from __future__ import annotations
 
@@ -8,19 +10,26 @@ import numpy as np
 import pytest
 
 from agent_r1_jax.experiments import intervals
-from agent_r1_jax.experiments.table_layout import SeedEval, row_stats, score_matrix
+from agent_r1_jax.experiments.table_layout import SeedEval, markdown_table, row_stats, score_matrix
 
 
-def _seed_eval(per_set: dict[str, list[float]], warmup: int = 0) -> SeedEval:
+def _seed_eval(per_set: dict[str, list[float]], warmup: int = 0, seed: int = 0) -> SeedEval:
   calls = {"multi": 2.0, "one": 1.0}
   summaries = {d: {"em": float(np.mean(v)), "substring_acc": float(np.mean(v)), "f1": float(np.mean(v)),
                    "tool_calls": calls[d]} for d, v in per_set.items()}
-  return SeedEval(summaries, {(d, f"q{i}"): x for d, v in per_set.items() for i, x in enumerate(v)}, warmup)
+  return SeedEval(summaries, {(d, f"q{i}"): x for d, v in per_set.items() for i, x in enumerate(v)}, warmup, seed)
 
 
 # Two seeds of a row on two sets of two questions: set "multi" EM 0.5 and 0.0, set "one" EM 1.0 in both.
-ROW = [_seed_eval({"multi": [1.0, 0.0], "one": [1.0, 1.0]}), _seed_eval({"multi": [0.0, 0.0], "one": [1.0, 1.0]})]
-ZERO = [_seed_eval({"multi": [0.0, 0.0], "one": [0.0, 0.0]})] * 2
+ROW = [_seed_eval({"multi": [1.0, 0.0], "one": [1.0, 1.0]}, seed=0),
+       _seed_eval({"multi": [0.0, 0.0], "one": [1.0, 1.0]}, seed=1)]
+ZERO = [_seed_eval({"multi": [0.0, 0.0], "one": [0.0, 0.0]}, seed=s) for s in range(2)]
+
+
+def _table_cells(text: str) -> dict[str, dict[str, str]]:
+  lines = [line for line in text.splitlines() if line.startswith("|")]
+  cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+  return {c[0]: dict(zip(cells[0][1:], c[1:])) for c in cells[2:]}
 
 
 def test_the_average_over_one_set_ignores_the_other():
@@ -33,10 +42,9 @@ def test_the_average_over_one_set_ignores_the_other():
   assert (only["f1"], only["substring_acc"], only["tool_calls"]) == pytest.approx((0.25, 0.25, 2.0))
   assert (both["f1"], both["tool_calls"]) == pytest.approx((0.625, 1.5))
   assert only["paired"]["mean"] == pytest.approx(0.25) and both["paired"]["mean"] == pytest.approx(0.625)
-  # The interval is the bootstrap of the "multi" questions' [seeds, questions] matrix alone.
-  expected = intervals.bootstrap_interval(np.array([[1.0, 0.0], [0.0, 0.0]]), 0.95).as_dict()
-  assert only["interval"] == pytest.approx(expected)
-  assert only["t_interval"]["mean"] == pytest.approx(0.25)
+  # One warm-up: no interval, said so.
+  assert only["interval"] == {"mean": pytest.approx(0.25), "low": None, "high": None, "confidence": 0.95,
+                              "method": "n/a", "warmups": 1}
 
 
 def test_an_average_over_a_set_no_evaluation_holds_is_refused():
@@ -44,18 +52,78 @@ def test_an_average_over_a_set_no_evaluation_holds_is_refused():
     row_stats(ROW, None, over=("musique",))
 
 
-def test_runs_from_two_warmups_are_grouped_by_warmup():
-  """Runs listed out of warm-up order land in `[warm-ups, seeds, questions]` by warm-up, each warm-up's runs in the
-  order given; the row's intervals are the nested ones of that array; a warm-up with fewer runs is refused."""
-  w0a, w0b = _seed_eval({"one": [1.0, 1.0]}, 0), _seed_eval({"one": [1.0, 0.0]}, 0)
-  w1a, w1b = _seed_eval({"one": [0.0, 0.0]}, 1), _seed_eval({"one": [0.0, 1.0]}, 1)
-  x = score_matrix([w1a, w0a, w1b, w0b])
+def test_em_avg_is_one_figure_with_sets_of_different_sizes():
+  """Set "multi" has 4 questions, "one" 1; two warm-ups. Each run's EM avg., hand-computed unweighted over the
+  sets: (0.75 + 1) / 2 = 0.875 and (0.25 + 1) / 2 = 0.625, mean 0.75: the figure in `avg_em`, in the interval and
+  in the cell. Control: weighing the questions alike (what the cell showed before) gives (4/5 + 2/5) / 2 = 0.6."""
+  runs = [_seed_eval({"multi": [1.0, 1.0, 1.0, 0.0], "one": [1.0]}, warmup=0),
+          _seed_eval({"multi": [1.0, 0.0, 0.0, 0.0], "one": [1.0]}, warmup=1)]
+  stats = row_stats(runs)
+  assert stats["per_seed_avg_em"] == pytest.approx([0.875, 0.625])
+  assert stats["avg_em"] == pytest.approx(0.75) and stats["interval"]["mean"] == pytest.approx(0.75)
+  cell = _table_cells(markdown_table([("row", stats, None)], "x"))["row"]["EM avg. [95% CI] (method)"]
+  assert cell.startswith("0.7500 [")
+  assert score_matrix(runs).mean() == pytest.approx(0.6)
+
+
+def test_runs_are_grouped_by_warmup_and_rl_seed():
+  """Runs listed out of order land in `[warm-ups, seeds, questions]` by warm-up and by RL seed index; the row's
+  interval is the t over its two warm-up means (0.75 and 0.25: half-width 12.7062 x 0.35355 / sqrt(2)); the
+  difference to a baseline (one evaluation per warm-up) is broadcast over the seeds; warm-ups with different RL
+  seeds are refused, as is a reference with other seeds."""
+  w0s0, w0s1 = _seed_eval({"one": [1.0, 1.0]}, 0, 0), _seed_eval({"one": [1.0, 0.0]}, 0, 1)
+  w1s0, w1s1 = _seed_eval({"one": [0.0, 0.0]}, 1, 0), _seed_eval({"one": [0.0, 1.0]}, 1, 1)
+  x = score_matrix([w1s1, w0s1, w1s0, w0s0])
   np.testing.assert_array_equal(x, [[[1.0, 1.0], [1.0, 0.0]], [[0.0, 0.0], [0.0, 1.0]]])
-  stats = row_stats([w1a, w0a, w1b, w0b], [w0b, w1b])
-  assert stats["interval"] == pytest.approx(intervals.bootstrap_interval(x, 0.95).as_dict())
-  assert stats["t_interval"] == pytest.approx(intervals.seed_t_interval(x, 0.95).as_dict())
-  # Warm-up means 0.75 and 0.25: the t-interval is over those two, not over the four seed means.
-  assert stats["t_interval"]["high"] - stats["t_interval"]["low"] == pytest.approx(2 * 12.7062 * 0.5 / 2, abs=1e-3)
-  assert stats["paired"] == pytest.approx(intervals.paired_difference(x, x[:, 1:], 0.95).as_dict())
-  with pytest.raises(ValueError, match=r"same number of seed runs, got \{0: 2, 1: 1\}"):
-    score_matrix([w0a, w0b, w1a])
+  stats = row_stats([w1s1, w0s1, w1s0, w0s0], [w0s1, w1s1])
+  assert stats["interval"]["method"] == "t"
+  assert stats["interval"]["high"] - stats["interval"]["low"] == pytest.approx(2 * 12.7062 * 0.5 / 2, abs=1e-3)
+  assert stats["paired"] == pytest.approx(intervals.t_interval(x - x[:, 1:]).as_dict())
+  with pytest.raises(ValueError, match=r"same RL seeds, each run once, got \{0: \[0, 1\], 1: \[0\]\}"):
+    score_matrix([w0s0, w0s1, w1s0])
+  other = [_seed_eval({"one": [1.0, 1.0]}, w, s) for w in (0, 1) for s in (1, 2)]
+  with pytest.raises(ValueError, match="same RL seeds from the same warm-ups"):
+    row_stats([w0s0, w0s1, w1s0, w1s1], other)
+
+
+def _varied_runs() -> list[SeedEval]:
+  """Three warm-ups of two seed runs whose EM differs by question, seed and warm-up."""
+  rng = np.random.default_rng(0)
+  return [_seed_eval({"multi": list((rng.random(6) < 0.2 + 0.3 * w).astype(float))}, w, s)
+          for w in range(3) for s in range(2)]
+
+
+def _relabelled(runs: list[SeedEval], warmup=lambda w: w, seed=lambda s: s) -> list[SeedEval]:
+  return [SeedEval(e.summaries, e.scores, warmup(e.warmup), seed(e.seed)) for e in runs]
+
+
+def test_a_row_against_itself_is_exactly_zero_and_every_line_names_its_method():
+  """The row against its own runs (listed in another order, as a table's reference row is) is +0.0000 [+0.0000,
+  +0.0000]. Control: the same runs with the reference's warm-up labels rotated (warm-ups paired wrongly) are not 0.
+  Every interval cell names its method and warm-ups, and the footnote explains the methods."""
+  runs = _varied_runs()
+  stats = row_stats(runs, runs[::-1])
+  assert (stats["paired"]["mean"], stats["paired"]["low"], stats["paired"]["high"]) == (0.0, 0.0, 0.0)
+  wrong = row_stats(runs, _relabelled(runs, warmup=lambda w: (w + 1) % 3))["paired"]
+  assert wrong["high"] - wrong["low"] > 0.1, wrong
+  one = row_stats(runs[:2])
+  table = markdown_table([("self", stats, 0.3), ("one warm-up", {**one, "paired": None}, None)], "self")
+  cells = _table_cells(table)
+  assert cells["self"]["vs self [95% CI] (method)"] == "+0.0000 [+0.0000, +0.0000] (t, 3 warm-ups)"
+  assert cells["self"]["EM avg. [95% CI] (method)"].endswith("] (t, 3 warm-ups)")
+  assert cells["one warm-up"]["EM avg. [95% CI] (method)"] == f"{one['avg_em']:.4f} (n/a, 1 warm-up)"
+  assert cells["one warm-up"]["vs self [95% CI] (method)"] == "-"
+  assert '"t, W warm-ups": the t-interval over the W warm-up means' in table and "n/a, 1 warm-up" in table
+
+
+def test_with_enough_warmups_the_bootstrap_pairs_the_rl_seeds(monkeypatch):
+  """With the bootstrap threshold lowered to 3 warm-ups, `row_stats` prints the nested bootstrap, and a row against
+  itself is still exactly 0 because both sides draw the same RL seed of each warm-up. Control: the reference's seed
+  labels swapped (seed 0 of one side against seed 1 of the other) give a non-zero interval."""
+  monkeypatch.setattr(intervals, "MIN_BOOTSTRAP_WARMUPS", 3)
+  runs = _varied_runs()
+  stats = row_stats(runs, runs[::-1])
+  assert stats["interval"]["method"] == stats["paired"]["method"] == "bootstrap"
+  assert (stats["paired"]["mean"], stats["paired"]["low"], stats["paired"]["high"]) == (0.0, 0.0, 0.0)
+  wrong = row_stats(runs, _relabelled(runs, seed=lambda s: 1 - s))["paired"]
+  assert wrong["method"] == "bootstrap" and wrong["high"] - wrong["low"] > 0.01, wrong

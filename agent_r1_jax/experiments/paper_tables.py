@@ -3,6 +3,7 @@ over seeds, with intervals.
 
     python -m agent_r1_jax.experiments.paper_tables --workdir=DIR [--config=configs/grpo_multihopqa.py:tiny-mixed]
         [--seeds=3] [--warmup_seeds=1] [--runs=grpo,ppo] [--config.trainer.total_steps=10]
+    python -m agent_r1_jax.experiments.paper_tables --workdir=DIR --retabulate
 
 The preset of `--config` (default the tiny offline one) is warmed up `--warmup_seeds` times
 (`DIR/warmup/seed<m>`, `--config.seed` + m, stopped after the step-0 checkpoint), then every run of `RUNS` trains
@@ -14,24 +15,28 @@ policy, and each warm-up policy three ways (in the tool loop: Base Tool Call; Na
 evaluated on the same held-out questions with `agent_r1_jax.evaluate` (greedy). Writes, in DIR:
 
   table3.md / table4.md   the paper's layouts: EM per data set and per question type (mean over seed runs),
-                          the average EM (over `data.average_over`'s sets, default all) with its 95% interval,
-                          the paired difference to GRPO (Table 3) or to the unablated run of the same setting
-                          (Table 4: PPO at lambda = 1 and at 0.95, GRPO) with its interval, the paper's average
+                          "EM avg." (the unweighted mean over `data.average_over`'s sets, default all) with its
+                          95% interval and its method, the paired difference to GRPO (Table 3) or to the
+                          unablated run of the same setting (Table 4: PPO at lambda = 1 and at 0.95, GRPO) with
+                          its interval, the paper's average
                           (Qwen2.5-3B-Instruct), and over the same sets substring accuracy, F1, tool calls per
-                          episode; the number of seed runs
-  results.json            every row's statistics (`experiments/table_layout.row_stats`: also the t-interval over
-                          seed means, or warm-up means) and every seed run's own figures, training and evaluation
+                          episode; the number of seed runs; a footnote naming the interval methods
+  results.json            every row's statistics (`experiments/table_layout.row_stats`) and every seed run's own
+                          figures (its warm-up, RL seed and "EM avg." among them), training and evaluation
                           seconds (kept from the invocation that did the work), start-parameter hash and config
                           overrides
   em_curves.png           validation EM every 3 RL steps, mean over seeds with the seeds' min-max band, beside
                           the warm-up's held-out EM; every row's held-out EM with its interval
 
-Intervals (`experiments/intervals.py`): a nested percentile bootstrap over warm-ups, each warm-up's seed runs and
-the questions (2,000 resamples; with one warm-up, over seed runs and questions); differences are paired on the
-questions and the warm-ups (each row's runs from warm-up m against the reference's from warm-up m). A finished
-seed run (its `summary.json`) or evaluation (its `results.json`) is reused, so an interrupted table resumes where
-it stopped, and raising `--seeds` trains only the new seeds. DIR may be a Cloud Storage directory
-(`gs://bucket/tables`), like any run's workdir.
+Intervals (`experiments/intervals.table_interval`): differences are paired on warm-up, RL seed and question (every
+row trains RL seeds 0..S-1 from every warm-up, so a row against itself is exactly 0); the tables print the
+t-interval over the warm-up means with 2 to `intervals.MIN_BOOTSTRAP_WARMUPS` - 1 warm-ups, the nested bootstrap
+over warm-ups, seeds and questions from there on, and n/a with one warm-up. `--retabulate` rewrites the tables and
+results.json's intervals of DIR from the per-run "EM avg." figures its results.json holds (no run, evaluation or
+record is read; em_curves.png, whose curves need the runs, is left as it is): results.json of older code
+regenerated with these intervals. A finished seed run (its `summary.json`) or evaluation (its `results.json`) is
+reused, so an interrupted table resumes where it stopped, and raising `--seeds` trains only the new seeds. DIR may
+be a Cloud Storage directory (`gs://bucket/tables`), like any run's workdir.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ from agent_r1_jax import paths, trainer
 from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.evaluation import datasets as eval_datasets
 from agent_r1_jax.evaluation import pipeline
-from agent_r1_jax.experiments import table_layout
+from agent_r1_jax.experiments import intervals, table_layout
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", str(paths.REPO_ROOT / "configs" / "grpo_multihopqa.py"),
@@ -66,6 +71,7 @@ _RUNS = flags.DEFINE_list("runs", [], "Runs to train and tabulate (default: all 
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 200, "Held-out examples per data set (0 = all).")
 _SEEDS = flags.DEFINE_integer("seeds", 1, "RL seed runs per row and warm-up.")
 _WARMUP_SEEDS = flags.DEFINE_integer("warmup_seeds", 1, "Warm-ups (each a different seed) every row starts from.")
+_RETABULATE = flags.DEFINE_bool("retabulate", False, "Only rewrite DIR's tables and intervals from its results.json.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +117,10 @@ CURVE_OVERRIDES = {"trainer.eval_every": 3}
 # The warm-up policy's rows: (name, label, evaluation method, paper's average EM).
 BASELINES = (("base_tool_call", "Base Tool Call", "agent", 0.0847), ("naive_rag", "Naive RAG", "naive_rag", 0.1328),
              ("no_retrieval", "No Retrieval", "no_retrieval", None))
+INTERVALS = ("95%, named in each cell (experiments/intervals.table_interval): with W warm-ups, n/a at W = 1, the "
+             "t-interval over warm-up means (W - 1 degrees of freedom) at 2 <= W < "
+             f"{intervals.MIN_BOOTSTRAP_WARMUPS}, the nested percentile bootstrap over warm-ups, seeds and questions "
+             f"({intervals.RESAMPLES} resamples) from there on; differences paired on warm-up, RL seed and question")
 
 
 def user_overrides(argv: Sequence[str], flag_config: config_dict.ConfigDict) -> dict[str, Any]:
@@ -172,16 +182,16 @@ def evaluate_once(workdir: epath.Path, out_dir: epath.Path, methods: list[str],
   return json.loads(results.read_text())["methods"]
 
 
-def read_seed_eval(out_dir: epath.Path, method: str, warmup: int) -> table_layout.SeedEval:
+def read_seed_eval(out_dir: epath.Path, method: str, warmup: int, seed: int = 0) -> table_layout.SeedEval:
   """One evaluation's summaries and per-question EM for `method`, from its results.json and records.jsonl, of a
-  run (or baseline) from warm-up `warmup`."""
+  run with RL seed index `seed` (or a baseline) from warm-up `warmup`."""
   summaries = json.loads((out_dir / "results.json").read_text())["methods"][method]
   scores = {}
   for line in (out_dir / "records.jsonl").read_text(encoding="utf-8").splitlines():
     record = json.loads(line)
     if record["method"] == method:
       scores[(record["data_source"], record["example_id"])] = float(record["scores"]["em"])
-  return table_layout.SeedEval(summaries, scores, warmup)
+  return table_layout.SeedEval(summaries, scores, warmup, seed)
 
 
 def seed_dirs(warmup_seeds: int, seeds: int) -> list[tuple[int, int, str]]:
@@ -201,6 +211,62 @@ def tables(results: Mapping[str, Any], specs: Sequence[RunSpec]) -> tuple[str, s
                if s.group == group and s.name != group]
   return (table_layout.markdown_table(table3, "GRPO"),
           table_layout.markdown_table(table4, "unablated") if table4 else "")
+
+
+def write_tables(root: epath.Path, results: Mapping[str, Any], specs: Sequence[RunSpec]) -> None:
+  """table3.md, table4.md (where a Table-4 row runs) and results.json in `root`."""
+  table3, table4 = tables(results, specs)
+  (root / "table3.md").write_text(table3)
+  if table4:
+    (root / "table4.md").write_text(table4)
+  (root / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+
+
+def _run_averages(records: Sequence[Mapping[str, Any]]) -> np.ndarray:
+  """`[W, S, 1]` "EM avg." of a row's seed runs (results.json's {"warmup", "seed", "avg_em"} records), by warm-up
+  and RL seed index."""
+  by_warmup: dict[int, list[tuple[int, float]]] = {}
+  for r in records:
+    by_warmup.setdefault(r["warmup"], []).append((r["seed"], r["avg_em"]))
+  return np.array([[em for _, em in sorted(by_warmup[w])] for w in sorted(by_warmup)], np.float64)[:, :, None]
+
+
+def retabulate(workdir: str | os.PathLike) -> dict[str, Any]:
+  """Rewrites the intervals of DIR's results.json and its tables from the per-run "EM avg." figures it holds
+  (module docstring); returns the new results.
+
+  Below `MIN_BOOTSTRAP_WARMUPS` warm-ups the printed interval of a row or a difference is a function of its runs'
+  "EM avg." by warm-up (t over warm-up means, or n/a), so those figures suffice.
+
+  Raises:
+    ValueError: the tables hold `MIN_BOOTSTRAP_WARMUPS` warm-ups or more (the bootstrap needs per-question records:
+      rerun the recorded command in its workdir, every run reused).
+  """
+  root = workdir_lib.workdir_path(workdir)
+  results = json.loads((root / "results.json").read_text())
+  if results.get("warmup_seeds", 1) >= intervals.MIN_BOOTSTRAP_WARMUPS:
+    raise ValueError(f"{results['warmup_seeds']} warm-ups: their bootstrap needs the per-question records; rerun "
+                     "the tables in their workdir instead")
+  runs = {name: _run_averages(run["seeds"]) for name, run in results["runs"].items()}
+
+  def restate(row: dict[str, Any], x: np.ndarray, reference: np.ndarray | None) -> None:
+    row.pop("t_interval", None)
+    row["interval"] = intervals.table_interval(x, table_layout.CONFIDENCE).as_dict()
+    row.pop("paired", None)
+    if reference is not None:
+      row["paired"] = intervals.table_interval(intervals.paired_scores(x, reference),
+                                               table_layout.CONFIDENCE).as_dict()
+
+  for row in results["baselines"].values():  # one evaluation per warm-up, in warm-up order
+    restate(row, np.array(row["per_seed_avg_em"], np.float64)[:, None, None], runs.get("grpo"))
+  for name, run in results["runs"].items():
+    restate(run["metrics"], runs[name], runs.get("grpo"))
+    if run["table4"] is not None:
+      restate(run["table4"], runs[name], runs.get(run["group"]))
+  results["intervals"] = INTERVALS
+  results["retabulated"] = "intervals and tables rewritten from this file's per-run EM avg. (--retabulate)"
+  write_tables(root, results, [s for s in RUNS if s.name in results["runs"]])
+  return results
 
 
 def _curve(run_dir: epath.Path, over: Sequence[str] = ()) -> list[tuple[int, float]]:
@@ -262,7 +328,7 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
     if trained["reused"]:  # the times of the invocation that did the work
       old = [r for r in previous.get("runs", {}).get(spec.name, {}).get("seeds", []) if r.get("dir") == name]
       timing.update({key: v for key, v in (old[0] if old else {}).items() if key.endswith("_seconds")})
-    evaluation = read_seed_eval(out_dir, "agent", m)
+    evaluation = read_seed_eval(out_dir, "agent", m, k)
     run_evals.setdefault(spec.name, []).append(evaluation)
     start = step0_sha256(run_dir)
     seed_records.setdefault(spec.name, []).append({
@@ -275,9 +341,7 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
       "preset": preset, "overrides": {k: repr(v) for k, v in overrides.items()}, "num_examples": num_examples,
       "seeds": seeds, "warmup_seeds": warmup_seeds,
       "average_over": table_layout.averaged_sets(list(baseline_evals["base_tool_call"][0].summaries), over),
-      "intervals": "95%: nested percentile bootstrap over warm-ups, the seed runs of each and questions (2,000 "
-                   "resamples); differences paired on the questions and the warm-ups; also a t-interval over "
-                   "seed means, or over warm-up means with several warm-ups (t_interval)",
+      "intervals": INTERVALS,
       "warmups": warmups,
       "baselines": {name: table_layout.row_stats(evals, reference, over)
                     for name, evals in baseline_evals.items()},
@@ -290,11 +354,7 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
         "table4": table_layout.row_stats(run_evals[spec.name], head, over) if spec.group else None,
         "seeds": seed_records[spec.name]}
   results["wall_seconds"] = time.perf_counter() - t0
-  table3, table4 = tables(results, specs)
-  (root / "table3.md").write_text(table3)
-  if table4:
-    (root / "table4.md").write_text(table4)
-  (root / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+  write_tables(root, results, specs)
   curves = [(s.label, s.table == 3, [_curve(root / "runs" / s.name / name, over) for _, _, name in
                                      seed_dirs(warmup_seeds, seeds)]) for s in specs]
   bars = [(label, results["baselines"][name]["avg_em"], results["baselines"][name]["interval"])
@@ -312,9 +372,12 @@ def main(argv: list[str]) -> None:
     raise app.UsageError("--workdir is required")
   flag_config = _CONFIG.value
   try:
-    run_tables(_WORKDIR.value, preset=flag_config.preset, overrides=user_overrides(sys.argv[1:], flag_config),
-               run_names=_RUNS.value, num_examples=_NUM_EXAMPLES.value, seeds=_SEEDS.value,
-               warmup_seeds=_WARMUP_SEEDS.value)
+    if _RETABULATE.value:
+      retabulate(_WORKDIR.value)
+    else:
+      run_tables(_WORKDIR.value, preset=flag_config.preset, overrides=user_overrides(sys.argv[1:], flag_config),
+                 run_names=_RUNS.value, num_examples=_NUM_EXAMPLES.value, seeds=_SEEDS.value,
+                 warmup_seeds=_WARMUP_SEEDS.value)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
