@@ -120,6 +120,47 @@ def test_without_libtpu_a_topology_is_one_error_naming_the_install(monkeypatch):
     tpu.topology_devices("v5e:2x2")
 
 
+# A pytest run of this file where libtpu looks absent (`find_spec` says so), recording each test's outcome; with
+# "unmarked" the skipif markers are dropped first, as if the tests had been written without them.
+_RUN_WITHOUT_LIBTPU = """
+import importlib.util, json, sys
+real = importlib.util.find_spec
+importlib.util.find_spec = lambda name, *a, **k: None if name == "libtpu" else real(name, *a, **k)
+import pytest
+
+class Record:
+  outcomes = {}
+  def pytest_collection_modifyitems(self, items):
+    for item in items if sys.argv[1] == "unmarked" else ():
+      item.own_markers = [m for m in item.own_markers if m.name != "skipif"]
+  def pytest_runtest_logreport(self, report):
+    if report.when == "call" or report.outcome != "passed":
+      self.outcomes.setdefault(report.nodeid.split("::")[-1], report.outcome)
+
+pytest.main(sys.argv[2:], plugins=[Record()])
+print(json.dumps(Record.outcomes))
+"""
+
+
+def test_without_libtpu_the_tpu_tests_skip_and_the_rest_pass():
+  """Where libtpu is not installed every test here passes or skips. The control: the skipped tests without their
+  marker fail in that same run (each asks libtpu for a slice), so it is the markers that keep them from failing.
+  The slow tests are left out: unmarked, the CLI one would compile in its own process, where libtpu is present."""
+  me = f"tests/test_tpu_dry_run.py::{test_without_libtpu_the_tpu_tests_skip_and_the_rest_pass.__name__}"
+
+  def outcomes(mode: str) -> dict[str, str]:
+    out = subprocess.run([sys.executable, "-c", _RUN_WITHOUT_LIBTPU, mode, "-q", "-p", "no:cacheprovider", "-m",
+                          "not slow", "tests/test_tpu_dry_run.py", "--deselect", me],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+  marked = outcomes("marked")
+  skipped = {name for name, outcome in marked.items() if outcome == "skipped"}
+  assert "failed" not in marked.values() and skipped and "passed" in marked.values(), marked
+  unmarked = outcomes("unmarked")
+  assert {name for name, outcome in unmarked.items() if outcome == "failed"} == skipped, unmarked
+
+
 # --------------------------------------------------------------------------------------------------
 # Compiled by XLA:TPU.
 
@@ -263,6 +304,7 @@ def test_the_slot_engines_decode_holds_its_slots_not_the_steps_rows():
   assert abs(many - lockstep) <= 8 * 4096  # the same cache and logits; only the small per-row vectors differ
 
 
+@needs_libtpu
 def test_the_slot_engines_gathered_calls_compute_half_the_rows():
   """With 8 slots per chip, the decode chunk compacted to half of them (4 rows gathered per chip) takes the slots'
   arguments plus the gather's index, and a decode step costs half the FLOPs of one over every slot."""
