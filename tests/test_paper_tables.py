@@ -244,13 +244,17 @@ def test_tables_parse_with_one_row_per_method(tables):
   table4 = _table_rows((root / "table4.md").read_text())
   assert list(table4) == ["PPO", "PPO w/o advantage and loss masks", "GRPO"]
   grpo = results["runs"]["grpo"]["metrics"]
-  assert table3["GRPO"]["EM avg. [95% CI] (method)"] == f"{grpo['avg_em']:.4f} (n/a, 1 warm-up)"
+  given = f"(t over {SEEDS} seeds, given 1 warm-up)"
+  assert table3["GRPO"]["EM avg. [95% CI] (method)"].startswith(f"{grpo['avg_em']:.4f} [")
+  assert table3["GRPO"]["EM avg. [95% CI] (method)"].endswith(given)
   assert table3["GRPO"]["EM bridge"] == f"{grpo['em_type']['bridge']:.4f}"  # the tiny world asks bridge questions
-  assert table3["GRPO"]["vs GRPO [95% CI] (method)"] == "+0.0000 (n/a, 1 warm-up)"
-  assert all(row["EM avg. [95% CI] (method)"].endswith("(n/a, 1 warm-up)") for row in table3.values())
+  assert table3["GRPO"]["vs GRPO [95% CI] (method)"] == f"+0.0000 [+0.0000, +0.0000] {given}"
+  assert all(table3[b]["EM avg. [95% CI] (method)"].endswith("(n/a, 1 warm-up, 1 run)")
+             for b in ("Base Tool Call", "Naive RAG", "No Retrieval"))  # one evaluation of the warm-up
+  assert table3["Naive RAG"]["vs GRPO [95% CI] (method)"].endswith(given)  # paired with GRPO's seeds
   assert table3["PPO"]["paper EM avg. (Qwen2.5-3B)"] == "0.3719"
   assert table4["GRPO"]["paper EM avg. (Qwen2.5-3B)"] == "0.3877"
-  assert table4["PPO"]["vs unablated [95% CI] (method)"] == "+0.0000 (n/a, 1 warm-up)"
+  assert table4["PPO"]["vs unablated [95% CI] (method)"] == f"+0.0000 [+0.0000, +0.0000] {given}"
   assert table3["GRPO"]["seeds"] == str(SEEDS)
   for row in {**table3, **table4}.values():
     values = [float(c) for k, c in row.items() if k.startswith(("EM ", "substring", "F1")) and "(" not in c

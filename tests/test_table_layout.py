@@ -42,9 +42,11 @@ def test_the_average_over_one_set_ignores_the_other():
   assert (only["f1"], only["substring_acc"], only["tool_calls"]) == pytest.approx((0.25, 0.25, 2.0))
   assert (both["f1"], both["tool_calls"]) == pytest.approx((0.625, 1.5))
   assert only["paired"]["mean"] == pytest.approx(0.25) and both["paired"]["mean"] == pytest.approx(0.625)
-  # One warm-up: no interval, said so.
-  assert only["interval"] == {"mean": pytest.approx(0.25), "low": None, "high": None, "confidence": 0.95,
-                              "method": "n/a", "warmups": 1}
+  # One warm-up: the t-interval over its two seeds' "multi" EM, 0.5 and 0.0: sd 0.35355, t_{1, 0.975} = 12.706,
+  # half-width 12.706 x 0.35355 / sqrt(2) = 3.1765, given the warm-up, said so.
+  assert only["interval"] == {"mean": pytest.approx(0.25), "low": pytest.approx(0.25 - 3.1765, abs=1e-4),
+                              "high": pytest.approx(0.25 + 3.1765, abs=1e-4), "confidence": 0.95,
+                              "method": "t-seeds", "warmups": 1, "seeds": 2}
 
 
 def test_an_average_over_a_set_no_evaluation_holds_is_refused():
@@ -106,14 +108,17 @@ def test_a_row_against_itself_is_exactly_zero_and_every_line_names_its_method():
   assert (stats["paired"]["mean"], stats["paired"]["low"], stats["paired"]["high"]) == (0.0, 0.0, 0.0)
   wrong = row_stats(runs, _relabelled(runs, warmup=lambda w: (w + 1) % 3))["paired"]
   assert wrong["high"] - wrong["low"] > 0.1, wrong
-  one = row_stats(runs[:2])
-  table = markdown_table([("self", stats, 0.3), ("one warm-up", {**one, "paired": None}, None)], "self")
+  one, single = row_stats(runs[:2]), row_stats(runs[:1])
+  table = markdown_table([("self", stats, 0.3), ("one warm-up", {**one, "paired": None}, None),
+                          ("one run", {**single, "paired": None}, None)], "self")
   cells = _table_cells(table)
   assert cells["self"]["vs self [95% CI] (method)"] == "+0.0000 [+0.0000, +0.0000] (t, 3 warm-ups)"
   assert cells["self"]["EM avg. [95% CI] (method)"].endswith("] (t, 3 warm-ups)")
-  assert cells["one warm-up"]["EM avg. [95% CI] (method)"] == f"{one['avg_em']:.4f} (n/a, 1 warm-up)"
+  assert cells["one warm-up"]["EM avg. [95% CI] (method)"].endswith("] (t over 2 seeds, given 1 warm-up)")
   assert cells["one warm-up"]["vs self [95% CI] (method)"] == "-"
-  assert '"t, W warm-ups": the t-interval over the W warm-up means' in table and "n/a, 1 warm-up" in table
+  assert cells["one run"]["EM avg. [95% CI] (method)"] == f"{single['avg_em']:.4f} (n/a, 1 warm-up, 1 run)"
+  assert '"t, W warm-ups": the t-interval over the W warm-up means' in table
+  assert '"t over S seeds, given 1 warm-up": the t-interval over the S seed runs\' means' in table
 
 
 def test_with_enough_warmups_the_bootstrap_pairs_the_rl_seeds(monkeypatch):

@@ -24,8 +24,12 @@ difference and every resample of it are exactly 0. A row's own interval is that 
   between warm-ups than the W drawn show: its warm-up variance is (W-1)/W of theirs and its quantiles are normal
   where t_{W-1} ones are due. With 2 warm-ups its warm-up level is little more than the two values' range. Where
   per-answer noise dominates it is conservative instead (that noise enters both the unit and the question draw).
+* `seed_t_interval`: with one warm-up, the seed means `d_s = sum_q v_q D[0, s, q]` and d +- t_{S-1, (1+c)/2}
+  sd(d_s) / sqrt(S): an interval given that warm-up (and these questions), for what another RL seed from it would
+  give. It says nothing of another warm-up (two warm-ups of one recipe have ended RL at 0.68 and 0.26). Needs S >= 2.
 * `table_interval` (what the tables print): the bootstrap from `MIN_BOOTSTRAP_WARMUPS` warm-ups on, the
-  t-interval below that, and none ("n/a") with one warm-up, where nothing bounds the warm-up to warm-up spread.
+  t-interval over warm-ups below that; with one warm-up the t-interval over its seeds, given it, and none ("n/a")
+  with one warm-up and one run, where nothing bounds any spread.
   The threshold is where the bootstrap's worst case, a warm-up level that is all the noise, covers within ~1.5
   points of nominal: P(|t_{W-1}| < 1.96 sqrt((W-1)/W)) is 93.6% at 30 warm-ups (92.9% at 20, 60% at 2).
   Simulated with true difference 0 (tests/test_intervals.py's `_null_differences`, 3 seeds, 200 questions, 1,000
@@ -55,14 +59,15 @@ CHUNK_DOUBLES = 1 << 20  # per array of a chunk: ~8 MB
 
 @dataclasses.dataclass(frozen=True)
 class Interval:
-  """A point estimate and its interval at `confidence` by `method` ("bootstrap", "t" or "n/a", with `low` and
-  `high` None) over `warmups` warm-ups."""
+  """A point estimate and its interval at `confidence` by `method` ("bootstrap", "t" over warm-ups, "t-seeds" over
+  the seeds of one warm-up, or "n/a" with `low` and `high` None) from `warmups` warm-ups of `seeds` runs each."""
   mean: float
   low: float | None
   high: float | None
   confidence: float
   method: str
   warmups: int
+  seeds: int = 1
 
   def excludes_zero(self) -> bool:
     return self.low is not None and (self.low > 0.0 or self.high < 0.0)
@@ -119,16 +124,32 @@ def _estimate(d: np.ndarray, v: np.ndarray) -> float:
   return float((d.mean(axis=1) @ v).mean())
 
 
+def _t(means: np.ndarray, confidence: float) -> tuple[float, float | None, float | None]:
+  """(mean, low, high) of the t-interval over the unit means `means` (None bounds for one unit)."""
+  mean, n = float(means.mean()), means.size
+  if n == 1:
+    return mean, None, None
+  half = float(stats.t.ppf(0.5 + confidence / 2, df=n - 1) * means.std(ddof=1) / np.sqrt(n))
+  return mean, mean - half, mean + half
+
+
 def t_interval(d, confidence: float = 0.95, sets: Sequence | None = None) -> Interval:
   """The t-interval over the warm-up means of `d` (module docstring); "n/a" with one warm-up."""
   d = _scores(d)
-  v = set_weights(sets, d.shape[2])
-  warmup_means = d.mean(axis=1) @ v                                         # [W]
-  mean, n = float(warmup_means.mean()), warmup_means.size
-  if n == 1:
-    return Interval(mean, None, None, confidence, "n/a", 1)
-  half = float(stats.t.ppf(0.5 + confidence / 2, df=n - 1) * warmup_means.std(ddof=1) / np.sqrt(n))
-  return Interval(mean, mean - half, mean + half, confidence, "t", n)
+  warmup_means = d.mean(axis=1) @ set_weights(sets, d.shape[2])            # [W]
+  mean, low, high = _t(warmup_means, confidence)
+  return Interval(mean, low, high, confidence, "n/a" if low is None else "t", d.shape[0], d.shape[1])
+
+
+def seed_t_interval(d, confidence: float = 0.95, sets: Sequence | None = None) -> Interval:
+  """The t-interval over the seed means of `d`'s one warm-up, given that warm-up (module docstring); "n/a" with
+  one seed run."""
+  d = _scores(d)
+  if d.shape[0] != 1:
+    raise ValueError(f"the interval over seeds is given one warm-up, the scores hold {d.shape[0]}: use t_interval")
+  seed_means = d[0] @ set_weights(sets, d.shape[2])                         # [S]
+  mean, low, high = _t(seed_means, confidence)
+  return Interval(mean, low, high, confidence, "n/a" if low is None else "t-seeds", 1, d.shape[1])
 
 
 def _question_slots(sets: Sequence | None, n_questions: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -184,23 +205,29 @@ def bootstrap_interval(d, confidence: float = 0.95, resamples: int = RESAMPLES, 
   alpha = (1 - confidence) / 2
   low, high = np.quantile(resampled_means(d, resamples, seed, sets, chunk), [alpha, 1 - alpha])
   return Interval(_estimate(d, set_weights(sets, d.shape[2])), float(low), float(high), confidence, "bootstrap",
-                  d.shape[0])
+                  d.shape[0], d.shape[1])
 
 
 def table_interval(d, confidence: float = 0.95, sets: Sequence | None = None, **bootstrap) -> Interval:
   """The interval the tables print for `d` (a row's scores, or `paired_scores`): the bootstrap from
-  `MIN_BOOTSTRAP_WARMUPS` warm-ups on, the t-interval over warm-up means below, n/a with one."""
+  `MIN_BOOTSTRAP_WARMUPS` warm-ups on, the t-interval over warm-up means below, over the seeds given the warm-up
+  with one warm-up, n/a with one run."""
   d = _scores(d)
   if d.shape[0] >= MIN_BOOTSTRAP_WARMUPS:
     return bootstrap_interval(d, confidence, sets=sets, **bootstrap)
+  if d.shape[0] == 1:
+    return seed_t_interval(d, confidence, sets)
   return t_interval(d, confidence, sets)
 
 
 def format_interval(interval: Interval, signed: bool = False) -> str:
-  """`0.6120 [0.5840, 0.6410] (t, 3 warm-ups)`, `+0.0310 [...]` for a difference, `0.6120 (n/a, 1 warm-up)`."""
+  """`0.6120 [0.5840, 0.6410] (t, 3 warm-ups)`, `+0.0310 [...]` for a difference, `0.6120 [...] (t over 3 seeds,
+  given 1 warm-up)`, `0.6120 (n/a, 1 warm-up, 1 run)`."""
   sign = "+" if signed else ""
-  plural = "s" if interval.warmups != 1 else ""
-  method = f"({interval.method}, {interval.warmups} warm-up{plural})"
+  warmups = f"{interval.warmups} warm-up{'s' if interval.warmups != 1 else ''}"
+  method = {"t-seeds": f"(t over {interval.seeds} seeds, given {warmups})",
+            "n/a": f"(n/a, {warmups}, {interval.seeds} run{'s' if interval.seeds != 1 else ''})"}.get(
+                interval.method, f"({interval.method}, {warmups})")
   if interval.low is None:
     return f"{interval.mean:{sign}.4f} {method}"
   return f"{interval.mean:{sign}.4f} [{interval.low:{sign}.4f}, {interval.high:{sign}.4f}] {method}"

@@ -31,10 +31,10 @@ evaluated on the same held-out questions with `agent_r1_jax.evaluate` (greedy). 
 Intervals (`experiments/intervals.table_interval`): differences are paired on warm-up, RL seed and question (every
 row trains RL seeds 0..S-1 from every warm-up, so a row against itself is exactly 0); the tables print the
 t-interval over the warm-up means with 2 to `intervals.MIN_BOOTSTRAP_WARMUPS` - 1 warm-ups, the nested bootstrap
-over warm-ups, seeds and questions from there on, and n/a with one warm-up. `--retabulate` rewrites the tables and
-results.json's intervals of DIR from the per-run "EM avg." figures its results.json holds (no run, evaluation or
-record is read; em_curves.png, whose curves need the runs, is left as it is): results.json of older code
-regenerated with these intervals. A finished seed run (its `summary.json`) or evaluation (its `results.json`) is
+over warm-ups, seeds and questions from there on, and with one warm-up the t-interval over its seed runs, given
+that warm-up (n/a with one run). `--retabulate` rewrites the tables and results.json's intervals of DIR from the
+per-run "EM avg." figures its results.json holds (no run, evaluation or record is read; em_curves.png, whose
+curves need the runs, is left as it is): results.json of older code regenerated with these intervals. A finished seed run (its `summary.json`) or evaluation (its `results.json`) is
 reused, so an interrupted table resumes where it stopped, and raising `--seeds` trains only the new seeds. DIR may
 be a Cloud Storage directory (`gs://bucket/tables`), like any run's workdir.
 """
@@ -117,10 +117,11 @@ CURVE_OVERRIDES = {"trainer.eval_every": 3}
 # The warm-up policy's rows: (name, label, evaluation method, paper's average EM).
 BASELINES = (("base_tool_call", "Base Tool Call", "agent", 0.0847), ("naive_rag", "Naive RAG", "naive_rag", 0.1328),
              ("no_retrieval", "No Retrieval", "no_retrieval", None))
-INTERVALS = ("95%, named in each cell (experiments/intervals.table_interval): with W warm-ups, n/a at W = 1, the "
-             "t-interval over warm-up means (W - 1 degrees of freedom) at 2 <= W < "
-             f"{intervals.MIN_BOOTSTRAP_WARMUPS}, the nested percentile bootstrap over warm-ups, seeds and questions "
-             f"({intervals.RESAMPLES} resamples) from there on; differences paired on warm-up, RL seed and question")
+INTERVALS = ("95%, named in each cell (experiments/intervals.table_interval): with W warm-ups of S seed runs, the "
+             "t-interval over the S seeds given the warm-up at W = 1 (n/a with one run), the t-interval over "
+             f"warm-up means (W - 1 degrees of freedom) at 2 <= W < {intervals.MIN_BOOTSTRAP_WARMUPS}, the nested "
+             f"percentile bootstrap over warm-ups, seeds and questions ({intervals.RESAMPLES} resamples) from there "
+             "on; differences paired on warm-up, RL seed and question")
 
 
 def user_overrides(argv: Sequence[str], flag_config: config_dict.ConfigDict) -> dict[str, Any]:
@@ -236,7 +237,7 @@ def retabulate(workdir: str | os.PathLike) -> dict[str, Any]:
   (module docstring); returns the new results.
 
   Below `MIN_BOOTSTRAP_WARMUPS` warm-ups the printed interval of a row or a difference is a function of its runs'
-  "EM avg." by warm-up (t over warm-up means, or n/a), so those figures suffice.
+  "EM avg." by warm-up and seed (t over warm-up means, or over one warm-up's seeds), so those figures suffice.
 
   Raises:
     ValueError: the tables hold `MIN_BOOTSTRAP_WARMUPS` warm-ups or more (the bootstrap needs per-question records:

@@ -134,8 +134,10 @@ FOOTNOTE = (
     "exactly 0). 95% intervals, each named in its cell: \"t, W warm-ups\": the t-interval over the W warm-up means "
     "(W - 1 degrees of freedom; the held-out questions fixed); \"bootstrap\": the nested percentile bootstrap over "
     f"warm-ups, seeds and questions, printed from {intervals.MIN_BOOTSTRAP_WARMUPS} warm-ups on (with fewer it "
-    "undercovers the warm-up spread: ~64% at 2 warm-ups); \"n/a, 1 warm-up\": one warm-up cannot bound how much "
-    "another would change a row (experiments/intervals.py).")
+    "undercovers the warm-up spread: ~64% at 2 warm-ups); \"t over S seeds, given 1 warm-up\": the t-interval over "
+    "the S seed runs' means from the one warm-up: what another RL seed from this warm-up would give, not another "
+    "warm-up (two warm-ups of one recipe have ended RL at 0.68 and 0.26); \"n/a\": one run bounds nothing "
+    "(experiments/intervals.py).")
 
 
 def markdown_table(rows: Sequence[tuple[str, Mapping[str, Any], float | None]], reference_label: str) -> str:
@@ -187,7 +189,7 @@ def plot_em_curves(path, curves: Sequence[tuple[str, bool, Sequence[Sequence[tup
   errors = np.array([[0.0, 0.0] if b[2]["low"] is None else [b[1] - b[2]["low"], b[2]["high"] - b[1]]
                      for b in bars][::-1]).T
   bar_ax.barh(labels, values, xerr=errors, capsize=3)
-  bar_ax.set(xlabel="held-out EM avg. (greedy) with its 95% interval (n/a: none)", xlim=(0.0, 1.0),
+  bar_ax.set(xlabel="held-out EM avg. (greedy) with its printed 95% interval (n/a: none)", xlim=(0.0, 1.0),
              title="final policies")
   fig.tight_layout()
   with path.open("wb") as f:  # a file object: matplotlib cannot name a bucket path
