@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import pathlib
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec
 
 from agent_r1_jax.models import make_mesh
 from agent_r1_jax.learner import build
-from agent_r1_jax.sizing import dry_run, roofline, tpu
+from agent_r1_jax.sizing import dry_run, memory, roofline, tpu
 from agent_r1_jax.trainer import config as config_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -89,7 +94,7 @@ def test_the_compilers_sizes_are_read_from_its_message(message, sizes):
 
 
 def _row(name: str, total: int, **kw) -> dry_run.ProgramMemory:
-  return dry_run.ProgramMemory(name=name, arguments=total, outputs=0, temporaries=0, aliased=0, plan=0.0,
+  return dry_run.ProgramMemory(name=name, arguments=total, outputs=0, temporaries=0, aliased=0,
                                resident=kw.pop("resident", 0.0), compile_seconds=0.0, **kw)
 
 
@@ -104,6 +109,29 @@ def test_the_verdict_turns_on_the_largest_peak_against_the_budget():
   report = dry_run.DryRunReport(0, {}, rows + [refused], budget_bytes=100 * GIB)
   assert not report.fits and "decode 20.00 GiB (refused by the compiler)" in report.verdict()
   assert report.to_json()["programs"][2]["arguments"] is None and report.to_json()["programs"][2]["peak"] == 20 * GIB
+
+
+def _shape_bytes(tree) -> int:
+  """prod(shard shape) x itemsize summed over a tree's leaves: the resident figure before tile padding."""
+  return sum(math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+def _unaligned_state(devices) -> dict:
+  """Arrays on an fsdp mesh of 4 devices whose shards are not whole (8, 128)-word tiles, and one that is: a float32
+  [32, 100] split in 4 ([8, 100] per device), a bfloat16 [16, 64] (a head_dim-64 bias), a float32 [64, 8, 128] split."""
+  mesh = make_mesh(1, -1, 1, devices=devices)
+  split, whole = NamedSharding(mesh, PartitionSpec("fsdp")), NamedSharding(mesh, PartitionSpec())
+  return {"w": jax.ShapeDtypeStruct((32, 100), jnp.float32, sharding=split),
+          "bias": jax.ShapeDtypeStruct((16, 64), jnp.bfloat16, sharding=whole),
+          "aligned": jax.ShapeDtypeStruct((64, 8, 128), jnp.float32, sharding=split)}
+
+
+def test_resident_state_on_the_cpu_is_each_devices_shards():
+  """XLA:CPU does not tile: 4 of the 8 host devices hold 32 x 100 x 4 / 4 + 16 x 64 x 2 + 16 x 8 x 128 x 4 bytes
+  each, a quarter of the split arrays (their whole size would be 12,800 + 2,048 + 262,144)."""
+  state = _unaligned_state(np.asarray(jax.devices()[:4]))
+  assert memory.resident_bytes(state) == _shape_bytes(state) == 3200 + 2048 + 65536
+  assert memory.resident_bytes({}) == 0
 
 
 def test_the_dry_run_fields_need_a_dry_run():
@@ -163,6 +191,34 @@ def test_without_libtpu_the_tpu_tests_skip_and_the_rest_pass():
 
 # --------------------------------------------------------------------------------------------------
 # Compiled by XLA:TPU.
+
+
+@needs_libtpu
+def test_resident_state_on_a_tpu_is_laid_out_in_tiles():
+  """Per v5e chip, by hand in (8, 128)-word tiles: the [8, 100] float32 shard pads its last dimension to 128 lanes,
+  8 x 128 x 4 bytes; the bfloat16 [16, 64] (16 rows fill a tile's 8 words) pads 64 to 128, 16 x 128 x 2; the
+  [16, 8, 128] shard is whole tiles, 16 x 8 x 128 x 4. The control: prod(shape) x itemsize, the figure before,
+  is 2,944 bytes short."""
+  state = _unaligned_state(tpu.topology_devices("v5e:2x2"))
+  tiled = 8 * 128 * 4 + 16 * 128 * 2 + 16 * 8 * 128 * 4
+  assert memory.resident_bytes(state) == tiled
+  assert _shape_bytes(state) == tiled - 2944
+
+
+@needs_libtpu
+def test_the_resident_actor_is_what_a_program_taking_it_holds():
+  """A Qwen2.5-0.5B-like layer (hidden 896, 14 heads and 2 KV heads of 64; 224 of the hidden dimension per chip),
+  where no layout avoids padding (q kernel [224, 14, 64] per chip: every dimension short of its tiles): the
+  actor's resident bytes equal what XLA:TPU takes as the arguments of the sampling weights program, whose only
+  argument is the actor, and exceed prod(shape) x itemsize (the control)."""
+  mesh = make_mesh(1, -1, 1, devices=tpu.topology_devices("v5e:2x2"))
+  c = _config("v5e:2x2", **{"model.hidden_size": 896, "model.num_attention_heads": 14,
+                            "model.num_key_value_heads": 2})
+  arch = dry_run._architecture(c)
+  (program,), held = dry_run.size_programs(c, arch, mesh, programs=("sampling_weights",))
+  assert program.name == "sampling_weights" and program.arguments == held["actor"] == held["ref"]
+  _, actor = build.abstract_params(c, arch, mesh, head="lm")
+  assert held["actor"] > _shape_bytes(actor)
 
 
 @needs_libtpu

@@ -1,11 +1,11 @@
 """Sizing a run before renting the hardware (`--config.dry_run=True`): every program of one RL step compiled at
-the configured shapes, without weights, for this host or a TPU slice, beside an analytic plan.
+the configured shapes, without weights, for this host or a TPU slice.
 
   dry_run         the dry run: compile each program, measure it, print and write the report
   report          one program's per-device memory and costs, the run's table, checks, verdict and JSON
   hlo_flops       matmul FLOPs of a compiled program read from its HLO, every counted loop expanded
   flops           the analytic FLOPs of a learner micro-batch
-  memory          the analytic per-device memory plan of every program
+  memory          the state resident beside a program, as the compiler lays it out; a decode step's bytes
   roofline        chips' published figures and a program's roofline time
   tpu             TPU topologies for compiling without the hardware (libtpu)
   rollout_sizing  how a step's rollout rows map onto slots and waves

@@ -1,13 +1,16 @@
 """`--config.dry_run=True`: size a configured run per device, without weights, before renting the hardware.
 
-Every program one RL step runs is sized twice, side by side:
+Every program one RL step runs is sized by the compiler itself: it is AOT-lowered for abstract inputs
+(`jax.ShapeDtypeStruct` parameters, optimizer states, caches and batches, each with the sharding the run gives
+it; no array is allocated) and compiled for the configured mesh, and `Compiled.memory_analysis()` gives its
+per-device argument, output and temporary bytes, `Compiled.cost_analysis()` its FLOPs and bytes accessed (the
+body of a loop counted once: per micro-batch, per logits block).
 
-  plan      the analytic estimate of `sizing.memory` (shapes and formulas only; instant);
-  compiled  XLA's own account: the program is AOT-lowered for abstract inputs (`jax.ShapeDtypeStruct`
-            parameters, optimizer states, caches and batches, each with the sharding the run gives it; no
-            array is allocated) and compiled for the configured mesh, and `Compiled.memory_analysis()`
-            gives its per-device argument, output and temporary bytes, `Compiled.cost_analysis()` its FLOPs
-            and bytes accessed (the body of a loop counted once: per micro-batch, per logits block).
+No analytic memory plan is printed beside it. One was, until it had drifted to 0.54-3.2x the compiled totals of
+the recorded TPU reports (docs/tpu_dry_run: the sampling weights at 0.54-0.59x, the scanned 3B updates at
+2.85x and 3.2x, since it modelled every layer's activations as held at once) and to 0.94-4.6x at tiny shapes on
+XLA:CPU and XLA:TPU; no decision read it (the verdict reads the compiled figures, and every dry run compiles),
+and modelling the scan, the slot engine and each target's scheduler by hand would have duplicated the compiler.
 
 Where it compiles:
 
@@ -23,7 +26,8 @@ Where it compiles:
 
 A program's peak is its compiled total (arguments + outputs - donated + temporaries) plus the state that
 stays resident on the device while it runs but is not one of its arguments (e.g. the optimizer state and
-the frozen reference during the rollout); the run fits when every program's peak is within the budget.
+the frozen reference during the rollout), laid out as the target's compiler lays it out (`memory.resident_bytes`:
+tile-padded on a TPU); the run fits when every program's peak is within the budget.
 Shapes are the configured limits (the longest prompt and response a step can hold, rows bucketed as the
 sampler buckets them), so the figures bound what any step of the run needs. With `rollout.engine="slots"` the
 rollout's programs are the slot engine's (`slot_extend`, `decode_chunk` over its N slots, and the same two
@@ -37,7 +41,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import os
 import pathlib
 import time
@@ -45,7 +48,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from ml_collections import config_dict
 
@@ -63,11 +65,6 @@ from agent_r1_jax.sizing import flops as flops_lib
 from agent_r1_jax.sizing import hlo_flops, memory, roofline, rollout_sizing, tpu
 from agent_r1_jax.sizing.report import _GIB, DryRunReport, ProgramMemory
 
-# The slot engine's programs are planned as the lockstep ones they generalise (over the slots' rows).
-_PLANNED_AS = {"slot_extend": "extend", "decode_chunk": "decode", "slot_extend_gathered": "extend",
-               "decode_chunk_gathered": "decode"}
-
-
 def abstract_opt_state(tx, params: Any, mesh) -> Any:
   """The optimizer state of `params` as the trainer holds it: every parameter-shaped leaf (AdamW's moments)
   placed like its parameter, the rest (step counts) replicated."""
@@ -83,15 +80,6 @@ def abstract_batch(c: config_dict.ConfigDict, mesh, rows: int, *, with_ref: bool
   fields = learner_lib.batch_fields(rows, c.rollout.max_prompt_length, c.rollout.max_response_length,
                                     with_ref=with_ref, with_values=with_values)
   return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding) for k, (shape, dtype) in fields.items()}
-
-
-def device_bytes(tree: Any) -> int:
-  """Bytes one device holds of a pytree of sharded abstract (or concrete) arrays: the largest shard's size."""
-  total = 0
-  for x in jax.tree.leaves(tree):
-    shape = x.sharding.shard_shape(x.shape) if getattr(x, "sharding", None) is not None else x.shape
-    total += math.prod(shape) * np.dtype(x.dtype).itemsize
-  return total
 
 
 def observation_tokens(c: config_dict.ConfigDict) -> int:
@@ -132,7 +120,7 @@ def _memory_scheduled() -> bool:
   return jax.default_backend() != "cpu" or _MEMORY_SCHEDULER_FLAG in os.environ.get("XLA_FLAGS", "")
 
 
-def _measure(name: str, lowered, plan: float, resident: float, num_micro: int | None = None) -> ProgramMemory:
+def _measure(name: str, lowered, resident: float, num_micro: int | None = None) -> ProgramMemory:
   """Compiles `lowered` and reads its memory and cost analyses; a program the compiler refuses as too large
   for the device becomes a row with the compiler's figure (`ProgramMemory.error`), other errors raise."""
   t0 = time.perf_counter()
@@ -143,7 +131,7 @@ def _measure(name: str, lowered, plan: float, resident: float, num_micro: int | 
       raise
     first = str(e).strip().splitlines()[0]
     sizes = tpu.parse_sizes(first)
-    return ProgramMemory(name=name, arguments=None, outputs=None, temporaries=None, aliased=None, plan=plan,
+    return ProgramMemory(name=name, arguments=None, outputs=None, temporaries=None, aliased=None,
                          resident=resident, compile_seconds=time.perf_counter() - t0,
                          required=sizes[0] if sizes else None, error=first)
   seconds = time.perf_counter() - t0
@@ -151,7 +139,7 @@ def _measure(name: str, lowered, plan: float, resident: float, num_micro: int | 
   flops, bytes_accessed = _cost(compiled)
   return ProgramMemory(name=name, arguments=int(stats.argument_size_in_bytes),
                        outputs=int(stats.output_size_in_bytes), temporaries=int(stats.temp_size_in_bytes),
-                       aliased=int(stats.alias_size_in_bytes), plan=plan, resident=resident,
+                       aliased=int(stats.alias_size_in_bytes), resident=resident,
                        compile_seconds=seconds, flops=flops, bytes_accessed=bytes_accessed,
                        iteration_flops=hlo_flops.matmul_flops(compiled.as_text()) / (num_micro or 1))
 
@@ -169,10 +157,10 @@ def _cost(compiled) -> tuple[float | None, float | None]:
 
 def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, programs: tuple[str, ...] | None = None,
                   log=None) -> tuple[list[ProgramMemory], dict[str, int]]:
-  """Every program of one step of `c` (or those named in `programs`) planned and compiled on `mesh`.
+  """Every program of one step of `c` (or those named in `programs`) compiled on `mesh`.
 
   Returns the programs' figures and the per-device bytes of the state a step keeps (`actor`, `actor_opt`,
-  `ref`, `critic`, `critic_opt`, `batch`).
+  `ref`, `critic`, `critic_opt`, `batch`), as `mesh`'s compiler lays it out (`memory.resident_bytes`).
   """
   rows = c.trainer.batch_size * c.rollout.n_samples
   mini_rows = rows // c.actor.num_mini_batches
@@ -190,17 +178,13 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
     state.update(critic=critic, critic_opt=abstract_opt_state(learner.critic_tx, critic, mesh))
   batch = abstract_batch(c, mesh, rows, with_ref=with_ref, with_values=with_critic)
   mini = abstract_batch(c, mesh, mini_rows, with_ref=with_ref, with_values=with_critic)
-  held = {name: device_bytes(tree) for name, tree in state.items()}
-  held["batch"] = device_bytes(batch)
+  held = {name: memory.resident_bytes(tree) for name, tree in {**state, "batch": batch}.items()}
   # The sampler holds one wave's rows (`rollout.max_rows_per_device`), or the whole step's; the slot engine its slots.
   slots = c.rollout.engine == "slots"
   if slots:
     sampled_rows = rollout_sizing.slots_per_device(c, devices, 1) * batch_split.batch_devices(c, devices)
   else:
     sampled_rows = rollout_sizing.prompts_per_wave(c, devices, 1) * c.rollout.n_samples or rows
-  shape = memory.RunShape.from_config(c, arch, dict(mesh.shape), rollout_rows=buckets.batch_bucket(sampled_rows),
-                                      extend_tokens=observation_tokens(c))
-  plan = memory.plan_programs(shape)
 
   # Each program: (name, lower() -> Lowered, the state it takes as arguments). Lowered lazily, one at a time.
   def sampler_program(name):
@@ -270,7 +254,7 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
       lowered = lower()
     resident = float(sum(v for k, v in held.items() if k not in uses))
     section, lm_head = updates.get(name, (None, False))
-    measured.append(_measure(name, lowered, plan[_PLANNED_AS.get(name, name)], resident, per_call.get(name)))
+    measured.append(_measure(name, lowered, resident, per_call.get(name)))
     measured[-1].iterations_per_step = per_step[name]
     if section and measured[-1].iteration_flops is not None:
       measured[-1].micro_flops_analytic = flops_lib.update_flops(
@@ -279,7 +263,8 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
           attention_chunk=c.model.attention_chunk_size, logits_chunk=c.model.logits_chunk_size,
           lm_head=lm_head) / mesh.shape["tensor"]
     if name in ("decode", "decode_chunk"):
-      measured[-1].must_read = memory.decode_step_bytes(shape)
+      measured[-1].must_read = memory.decode_step_bytes(c, arch, dict(mesh.shape),
+                                                        buckets.batch_bucket(sampled_rows))
     if log:
       log(f"  compiled {name} in {measured[-1].compile_seconds:.1f} s")
   return measured, held
@@ -338,7 +323,7 @@ def _log_header(c: config_dict.ConfigDict, arch: Qwen2Config, target: _Target, m
 
 
 def dry_run(c: config_dict.ConfigDict, *, verbose: bool = True) -> DryRunReport:
-  """Plans and compiles every program of one step of `c` on its mesh (over `dry_run_topology`'s TPU devices
+  """Compiles every program of one step of `c` on its mesh (over `dry_run_topology`'s TPU devices
   when set, else this host's); prints the table and the verdict, and writes `dry_run_report` when set."""
   arch = _architecture(c)
   target = _target(c)
@@ -350,12 +335,12 @@ def dry_run(c: config_dict.ConfigDict, *, verbose: bool = True) -> DryRunReport:
   report = DryRunReport(num_params=arch.num_params(), mesh=dict(mesh.shape), programs=measured,
                         budget_bytes=target.budget_bytes, topology=c.dry_run_topology or None, chip=target.chip)
   if log:
-    log(f"per-device memory and cost, XLA:{'TPU' if target.chip else 'CPU'}'s compiled figures beside the "
-        f"analytic plan:")
+    log(f"per-device memory and cost, XLA:{'TPU' if target.chip else 'CPU'}'s compiled figures:")
     log(report.table())
     for line in report.checks():
       log(line)
-    log("resident state per device: " + ", ".join(f"{k} {v / _GIB:.2f} GiB" for k, v in held.items()))
+    log("resident state per device, as the compiler lays it out: "
+        + ", ".join(f"{k} {v / _GIB:.2f} GiB" for k, v in held.items()))
   if c.dry_run_report:
     path = pathlib.Path(c.dry_run_report).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)

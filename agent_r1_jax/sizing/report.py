@@ -14,7 +14,7 @@ _GIB = float(1 << 30)
 
 @dataclasses.dataclass
 class ProgramMemory:
-  """Per-device bytes and costs of one compiled program, its analytic plan, and what stays resident beside it.
+  """Per-device bytes and costs of one compiled program, and what stays resident beside it.
 
   A program the compiler refused as too large for the device (RESOURCE_EXHAUSTED) has no memory analysis:
   its `arguments`, `outputs`, `temporaries`, `aliased`, `flops` and `bytes_accessed` are None, `error` holds the
@@ -25,8 +25,7 @@ class ProgramMemory:
   outputs: int | None
   temporaries: int | None
   aliased: int | None         # output bytes that reuse donated argument buffers
-  plan: float                 # analytic estimate of `total`
-  resident: float             # state on the device during the program that is not one of its arguments
+  resident: float             # state on the device beside the program, not its argument (`memory.resident_bytes`)
   compile_seconds: float
   flops: float | None = None  # `cost_analysis()`: per device, a loop body counted once
   bytes_accessed: float | None = None
@@ -92,20 +91,19 @@ class DryRunReport:
 
   def table(self) -> str:
     head = (f"  {'program':<15s} {'args':>8s} {'outputs':>8s} {'donated':>8s} {'temps':>8s} {'total':>8s} "
-            f"{'plan':>8s} {'plan/xla':>8s} {'+resident':>9s} {'peak':>8s} {'GFLOP':>9s} {'accessed':>8s} "
-            f"{'est ms':>8s} {'fits':>4s} {'compile':>8s}")
+            f"{'+resident':>9s} {'peak':>8s} {'GFLOP':>9s} {'accessed':>8s} {'est ms':>8s} {'fits':>4s} "
+            f"{'compile':>8s}")
     lines = [head, "  " + "-" * (len(head) - 2)]
     for p in self.programs:
-      ratio = p.plan / p.total if p.total else None
       seconds = self.estimated_seconds(p)
       lines.append(f"  {p.name:<15s} {_cell(p.arguments)} {_cell(p.outputs)} {_cell(p.aliased)} "
-                   f"{_cell(p.temporaries)} {_cell(p.total)} {_cell(p.plan)} {_cell(ratio, 1)} "
-                   f"{_cell(p.resident, width=9)} {_cell(p.peak)} {_cell(p.flops, 1e9, 9, 3)} "
+                   f"{_cell(p.temporaries)} {_cell(p.total)} {_cell(p.resident, width=9)} {_cell(p.peak)} "
+                   f"{_cell(p.flops, 1e9, 9, 3)} "
                    f"{_cell(p.bytes_accessed, digits=3)} {_cell(seconds, 1e-3, digits=3)} "
                    f"{'yes' if p.fits(self.budget_bytes) else 'no':>4s} {p.compile_seconds:7.1f}s")
-    lines.append("  (GiB per device; total = args + outputs - donated + temps; peak = total + resident state; GFLOP "
-                 "and accessed GiB per device from cost_analysis, a loop body counted once; est ms: roofline "
-                 "max(flops / peak FLOP/s, bytes / HBM bandwidth) of one loop iteration)")
+    lines.append("  (GiB per device; total = args + outputs - donated + temps; peak = total + resident state, as the "
+                 "compiler lays it out; GFLOP and accessed GiB per device from cost_analysis, a loop body counted "
+                 "once; est ms: roofline max(flops / peak FLOP/s, bytes / HBM bandwidth) of one loop iteration)")
     for p in self.programs:
       if p.error is not None:
         lines.append(f"  {p.name}: {p.error}")
@@ -154,7 +152,7 @@ class DryRunReport:
   def _program_json(self, p: ProgramMemory) -> dict[str, Any]:
     out = {"name": p.name, "arguments": _int(p.arguments), "outputs": _int(p.outputs),
            "temporaries": _int(p.temporaries), "aliased": _int(p.aliased), "total": _int(p.total),
-           "resident": _int(p.resident), "peak": _int(p.peak), "plan": _int(p.plan), "flops": _int(p.flops),
+           "resident": _int(p.resident), "peak": _int(p.peak), "flops": _int(p.flops),
            "bytes_accessed": _int(p.bytes_accessed), "fits": p.fits(self.budget_bytes),
            "compile_seconds": p.compile_seconds, "estimated_seconds_per_iteration": self.estimated_seconds(p)}
     if p.must_read is not None:
