@@ -8,7 +8,7 @@ Writes `DIR/metrics.jsonl` (one JSON object per step), TensorBoard events, check
 `DIR/curves.png` and the final policy as a Hugging Face checkpoint in `DIR/hf_export/`. DIR may be a Cloud Storage
 directory (`gs://bucket/run`, the machine's Google credentials; agent_r1_jax/workdir.py).
 `--config.dry_run=True` compiles every program of one step at the configured shapes (no weights) and prints
-each one's per-device memory and cost beside the analytic plan, and whether the run fits
+each one's per-device memory and cost as the compiler reports it, and whether the run fits
 `--config.dry_run_memory_gb`; with `--config.dry_run_topology=v5e:2x4` (libtpu) XLA:TPU compiles them for that
 TPU slice and the budget is its chips' HBM. `--config.dry_run_report=PATH` also writes the figures as JSON.
 """

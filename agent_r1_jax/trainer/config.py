@@ -71,7 +71,7 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.algorithm_name = algorithm
   c.preset = preset
   c.seed = 0
-  # Print the plan and compile every program of a step at this config's shapes (no weights), then exit.
+  # Compile every program of a step at this config's shapes (no weights), print their memory and cost, then exit.
   c.dry_run = False
   c.dry_run_memory_gb = 16.0                    # per-device budget of the verdict (16: TPU v5e, 80: H100)
   # A TPU slice to compile the dry run for with libtpu (e.g. "v5e:2x4"); "": XLA:CPU's estimate on this host.
