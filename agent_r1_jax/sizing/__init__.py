@@ -3,7 +3,9 @@ the configured shapes, without weights, for this host or a TPU slice.
 
   dry_run         the dry run: compile each program, measure it, print and write the report
   report          one program's per-device memory and costs, the run's table, checks, verdict and JSON
-  hlo_flops       matmul FLOPs of a compiled program read from its HLO, every counted loop expanded
+  hlo_flops       matmul FLOPs of a compiled program read from its HLO, every loop expanded, or flagged unknown
+  hlo_loops       a loop's exact trip count, proven from its HLO where XLA left none, or unknown
+  hlo_text        the optimized HLO text as computations of instructions
   flops           the analytic FLOPs of a learner micro-batch
   memory          the state resident beside a program, as the compiler lays it out; a decode step's bytes
   roofline        chips' published figures and a program's roofline time

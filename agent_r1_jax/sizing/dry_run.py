@@ -120,6 +120,11 @@ def _memory_scheduled() -> bool:
   return jax.default_backend() != "cpu" or _MEMORY_SCHEDULER_FLAG in os.environ.get("XLA_FLAGS", "")
 
 
+# Decoding stops on data (every row done or out of budget): these programs' FLOPs are per decode step, one trip of
+# that loop (`hlo_flops.FlopCount.per_trip`); every other program's are exact or unknown.
+_DECODE_PROGRAMS = ("decode", "decode_chunk", "decode_chunk_gathered")
+
+
 def _measure(name: str, lowered, resident: float, num_micro: int | None = None) -> ProgramMemory:
   """Compiles `lowered` and reads its memory and cost analyses; a program the compiler refuses as too large
   for the device becomes a row with the compiler's figure (`ProgramMemory.error`), other errors raise."""
@@ -137,11 +142,15 @@ def _measure(name: str, lowered, resident: float, num_micro: int | None = None) 
   seconds = time.perf_counter() - t0
   stats = compiled.memory_analysis()
   flops, bytes_accessed = _cost(compiled)
+  count, per_trip = hlo_flops.count(compiled.as_text()), name in _DECODE_PROGRAMS
+  iteration = count.per_trip if per_trip else count.exact
   return ProgramMemory(name=name, arguments=int(stats.argument_size_in_bytes),
                        outputs=int(stats.output_size_in_bytes), temporaries=int(stats.temp_size_in_bytes),
                        aliased=int(stats.alias_size_in_bytes), resident=resident,
                        compile_seconds=seconds, flops=flops, bytes_accessed=bytes_accessed,
-                       iteration_flops=hlo_flops.matmul_flops(compiled.as_text()) / (num_micro or 1))
+                       iteration_flops=None if iteration is None else iteration / (num_micro or 1),
+                       flops_unknown=count.why_unknown(per_trip),
+                       iteration="decode step" if per_trip else "micro-batch" if num_micro else "call")
 
 
 def _cost(compiled) -> tuple[float | None, float | None]:

@@ -31,9 +31,13 @@ class ProgramMemory:
   bytes_accessed: float | None = None
   required: int | None = None
   error: str | None = None
-  # Matmul FLOPs per device of one iteration (a learner pass's micro-batch, a decode step, else the whole call)
-  # from the compiled HLO with every inner loop expanded (`hlo_flops`); for an update, the analytic count beside.
+  # Matmul FLOPs per device of one `iteration` (a learner pass's "micro-batch", a "decode step": one trip of the
+  # decode loop, whose stop is data, or else the whole "call") from the compiled HLO with every loop expanded
+  # (`hlo_flops`); None with `flops_unknown` saying why where a loop's trips are not proven. For an update, the
+  # analytic count beside.
   iteration_flops: float | None = None
+  flops_unknown: str | None = None
+  iteration: str = "call"
   micro_flops_analytic: float | None = None
   iterations_per_step: int = 1  # how often one RL step runs that iteration (the step-time estimate)
   # Decode: the bytes one step must read per device (`memory.decode_step_bytes`), beside `bytes_accessed`.
@@ -75,7 +79,8 @@ class DryRunReport:
 
   def step_seconds(self) -> dict[str, float] | None:
     """Roofline seconds of one RL step per program (and `total`): each iteration at max(its loop-expanded
-    FLOPs / peak, its bytes / bandwidth), times the iterations a step runs. None on XLA:CPU."""
+    FLOPs / peak, its bytes / bandwidth), times the iterations a step runs. None on XLA:CPU, and where a
+    program's FLOPs are unknown (`ProgramMemory.flops_unknown`: no partial count stands in)."""
     if self.chip is None or any(p.iteration_flops is None or p.bytes_accessed is None for p in self.programs):
       return None
     out = {p.name: roofline.estimate_seconds(p.iteration_flops, p.bytes_accessed, self.chip,
@@ -91,19 +96,25 @@ class DryRunReport:
 
   def table(self) -> str:
     head = (f"  {'program':<15s} {'args':>8s} {'outputs':>8s} {'donated':>8s} {'temps':>8s} {'total':>8s} "
-            f"{'+resident':>9s} {'peak':>8s} {'GFLOP':>9s} {'accessed':>8s} {'est ms':>8s} {'fits':>4s} "
-            f"{'compile':>8s}")
+            f"{'+resident':>9s} {'peak':>8s} {'GFLOP':>9s} {'iter GF':>9s} {'accessed':>8s} {'est ms':>8s} "
+            f"{'fits':>4s} {'compile':>8s}")
     lines = [head, "  " + "-" * (len(head) - 2)]
     for p in self.programs:
       seconds = self.estimated_seconds(p)
       lines.append(f"  {p.name:<15s} {_cell(p.arguments)} {_cell(p.outputs)} {_cell(p.aliased)} "
                    f"{_cell(p.temporaries)} {_cell(p.total)} {_cell(p.resident, width=9)} {_cell(p.peak)} "
-                   f"{_cell(p.flops, 1e9, 9, 3)} "
+                   f"{_cell(p.flops, 1e9, 9, 3)} {_flops_cell(p)} "
                    f"{_cell(p.bytes_accessed, digits=3)} {_cell(seconds, 1e-3, digits=3)} "
                    f"{'yes' if p.fits(self.budget_bytes) else 'no':>4s} {p.compile_seconds:7.1f}s")
     lines.append("  (GiB per device; total = args + outputs - donated + temps; peak = total + resident state, as the "
                  "compiler lays it out; GFLOP and accessed GiB per device from cost_analysis, a loop body counted "
-                 "once; est ms: roofline max(flops / peak FLOP/s, bytes / HBM bandwidth) of one loop iteration)")
+                 "once; est ms: roofline max(flops / peak FLOP/s, bytes / HBM bandwidth) of one loop iteration; iter "
+                 "GF: matmul GFLOP per device of one iteration, every loop expanded: a learner pass's micro-batch, a "
+                 "decode program's decode step (one trip of its data-dependent loop), else the call; ? where a loop's "
+                 "trips are not proven)")
+    for p in self.programs:
+      if p.flops_unknown is not None:
+        lines.append(f"  {p.name}: iter GF unknown: {p.flops_unknown}")
     for p in self.programs:
       if p.error is not None:
         lines.append(f"  {p.name}: {p.error}")
@@ -128,6 +139,10 @@ class DryRunReport:
       lines.append(f"  estimated RL step: {step['total']:.0f} s ({step['total'] / 60:.1f} min; {parts} s), from the "
                    f"compiler's counts at the chip's peak and bandwidth, every turn using its full token budget; an "
                    f"estimate, no TPU ran")
+    unknown = [p for p in self.programs if p.flops_unknown is not None]
+    if self.chip is not None and unknown:
+      lines.append(f"  estimated RL step: none, the FLOPs of {', '.join(p.name for p in unknown)} are unknown (a "
+                   f"loop's trips not proven; no partial count stands in)")
     return lines
 
   def verdict(self) -> str:
@@ -157,8 +172,11 @@ class DryRunReport:
            "compile_seconds": p.compile_seconds, "estimated_seconds_per_iteration": self.estimated_seconds(p)}
     if p.must_read is not None:
       out["must_read_bytes"] = int(p.must_read)
-    if p.iteration_flops is not None:
-      out.update(iteration_flops=p.iteration_flops, iterations_per_step=p.iterations_per_step)
+    if p.iteration_flops is not None or p.flops_unknown is not None:
+      out.update(iteration_flops=p.iteration_flops, iteration_flops_exact=p.flops_unknown is None,
+                 iteration=p.iteration, iterations_per_step=p.iterations_per_step)
+    if p.flops_unknown is not None:
+      out["iteration_flops_unknown"] = p.flops_unknown
     if p.micro_flops_analytic is not None:
       out["micro_batch_flops_analytic"] = p.micro_flops_analytic
     if p.error is not None:
@@ -169,6 +187,11 @@ class DryRunReport:
 def _cell(value: float | None, unit: float = _GIB, width: int = 8, digits: int = 2) -> str:
   """`value / unit` right-aligned in `width` columns, "-" for None."""
   return f"{'-':>{width}s}" if value is None else f"{value / unit:{width}.{digits}f}"
+
+
+def _flops_cell(p: ProgramMemory) -> str:
+  """`p`'s iteration GFLOP, "?" where they are unknown, "-" where the program has none (refused)."""
+  return f"{'?':>9s}" if p.flops_unknown is not None else _cell(p.iteration_flops, 1e9, 9, 3)
 
 
 def _int(value: float | None) -> int | None:
