@@ -5,8 +5,9 @@ each count itself, against the trips the compiled program really runs (its final
 and XLA's own annotation; every form is asserted present in the stripped text, so no case passes vacuously.
 Hand-written HLO for the forms XLA:CPU does not print (a constant on the compare's left, a step and a bound inside
 fusions, `true_computation=`, a counter that would overflow). Controls: a counter that answers 1 where no
-annotation is left fails every case. Then a learner update compiled by the TPU compiler (libtpu) against the
-analytic count of `sizing.flops`, with attention dense and in blocks.
+annotation is left fails every case. Without loops, XLA's cost analysis is the reference; an unknown count through
+to the report's table and JSON; and a learner update compiled by the TPU compiler (libtpu) against the analytic
+count of `sizing.flops`, with attention dense and in blocks.
 """
 
 from __future__ import annotations
@@ -117,6 +118,19 @@ def test_control_a_counter_answering_one_where_no_annotation_is_left_fails_every
       real(inst, caller, comps) if "known_trip_count" in inst.attributes else 1))
   with pytest.raises(AssertionError):
     _check(loop, loop.compile(counted).as_text())
+
+
+def test_without_loops_the_count_equals_xlas_cost_analysis():
+  """A dot and a convolution with padding, a stride and a dilated kernel (only taps on real input count) and no
+  elementwise work: XLA's own `HloCostAnalysis` is the reference."""
+  def f(x, w, image, kernel):
+    return x @ w, jax.lax.conv_general_dilated(image, kernel, window_strides=(2, 1), padding=((1, 2), (3, 0)),
+                                               rhs_dilation=(1, 2))
+
+  compiled = jax.jit(f).lower(np.ones((8, 32), np.float32), np.ones((32, 16), np.float32),
+                              np.ones((2, 3, 9, 7), np.float32), np.ones((4, 3, 3, 2), np.float32)).compile()
+  assert " convolution(" in compiled.as_text() and " while(" not in compiled.as_text()
+  assert hlo_flops.count(compiled.as_text()).exact == compiled.cost_analysis()["flops"] > 2 * 8 * 32 * 16
 
 
 def test_scans_and_fori_loops_nested_count_the_product_of_their_trips():
