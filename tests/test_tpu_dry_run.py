@@ -272,7 +272,12 @@ def test_the_cli_compiles_every_grpo_program_for_v5e_and_reports_the_compilers_f
     assert p["flops"] > 0 or p["name"] == "sampling_weights"  # a cast and a gather: no FLOPs
     assert p["estimated_seconds_per_iteration"] == pytest.approx(
         max(p["flops"] / 197e12, p["bytes_accessed"] / 819e9))
+    # Every loop's trips proven; a decode program's count is one trip of its data-dependent loop.
+    assert p["iteration_flops_exact"] is True and p["iteration_flops"] >= 0 and p["iteration"] == (
+        "decode step" if p["name"].startswith("decode") else "call" if "extend" in p["name"] or p["name"] ==
+        "sampling_weights" else "micro-batch")
     assert any(line.split()[:1] == [p["name"]] and line.split()[-2] == "yes" for line in out.stdout.splitlines())
+  assert report["estimated_step_seconds"]["total"] > 0
   assert "verdict: fits in 15.75 GiB per device (XLA:TPU's limit for one v5e device of v5e:2x2)" in out.stdout
 
 
