@@ -231,7 +231,7 @@ def test_dry_run_cli_compiles_every_program_and_gives_a_verdict(tmp_path):
   for program in ("prefill", "extend", "decode", "logprobs", "ref_logprobs", "values", "critic_update",
                   "actor_update"):
     row = next((line.split() for line in lines if line.split()[:1] == [program]), None)
-    assert row is not None and len(row) == 13, (program, out.stdout)
+    assert row is not None and len(row) == 14, (program, out.stdout)
     args, outputs, donated, temps, total = (float(v) for v in row[1:6])
     assert abs(total - (args + outputs - donated + temps)) <= 0.02 and total > 0, row
     p = programs[program]
