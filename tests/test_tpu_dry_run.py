@@ -270,8 +270,8 @@ def test_the_cli_compiles_every_grpo_program_for_v5e_and_reports_the_compilers_f
     assert p["peak"] == p["total"] + p["resident"] and p["fits"] is (p["peak"] <= 15.75 * GIB) and p["fits"]
     assert p["bytes_accessed"] > 0 and p["compile_seconds"] > 0 and "error" not in p
     assert p["flops"] > 0 or p["name"] == "sampling_weights"  # a cast and a gather: no FLOPs
-    assert p["estimated_seconds_per_iteration"] == pytest.approx(
-        max(p["flops"] / 197e12, p["bytes_accessed"] / 819e9))
+    assert p["estimated_seconds_per_iteration"] == pytest.approx(  # the loop-expanded count, as the step's
+        max(p["iteration_flops"] / 197e12, p["bytes_accessed"] / 819e9))
     # Every loop's trips proven; a decode program's count is one trip of its data-dependent loop.
     assert p["iteration_flops_exact"] is True and p["iteration_flops"] >= 0 and p["iteration"] == (
         "decode step" if p["name"].startswith("decode") else "call" if "extend" in p["name"] or p["name"] ==

@@ -81,18 +81,19 @@ class DryRunReport:
     """Roofline seconds of one RL step per program (and `total`): each iteration at max(its loop-expanded
     FLOPs / peak, its bytes / bandwidth), times the iterations a step runs. None on XLA:CPU, and where a
     program's FLOPs are unknown (`ProgramMemory.flops_unknown`: no partial count stands in)."""
-    if self.chip is None or any(p.iteration_flops is None or p.bytes_accessed is None for p in self.programs):
+    seconds = {p.name: self.estimated_seconds(p) for p in self.programs}
+    if any(t is None for t in seconds.values()):
       return None
-    out = {p.name: roofline.estimate_seconds(p.iteration_flops, p.bytes_accessed, self.chip,
-                                             iterations=p.iterations_per_step) for p in self.programs}
+    out = {p.name: seconds[p.name] * p.iterations_per_step for p in self.programs}
     out["total"] = sum(out.values())
     return out
 
   def estimated_seconds(self, p: ProgramMemory) -> float | None:
-    """Roofline seconds of one loop iteration of `p` on the chip (None on XLA:CPU or for a refused program)."""
-    if self.chip is None or p.flops is None or p.bytes_accessed is None:
+    """Roofline seconds of one iteration of `p` (`p.iteration`) on the chip: max(its loop-expanded FLOPs / peak,
+    its bytes accessed / bandwidth). None on XLA:CPU, for a refused program, or where its FLOPs are unknown."""
+    if self.chip is None or p.iteration_flops is None or p.bytes_accessed is None:
       return None
-    return roofline.estimate_seconds(p.flops, p.bytes_accessed, self.chip)
+    return roofline.estimate_seconds(p.iteration_flops, p.bytes_accessed, self.chip)
 
   def table(self) -> str:
     head = (f"  {'program':<15s} {'args':>8s} {'outputs':>8s} {'donated':>8s} {'temps':>8s} {'total':>8s} "
@@ -108,10 +109,10 @@ class DryRunReport:
                    f"{'yes' if p.fits(self.budget_bytes) else 'no':>4s} {p.compile_seconds:7.1f}s")
     lines.append("  (GiB per device; total = args + outputs - donated + temps; peak = total + resident state, as the "
                  "compiler lays it out; GFLOP and accessed GiB per device from cost_analysis, a loop body counted "
-                 "once; est ms: roofline max(flops / peak FLOP/s, bytes / HBM bandwidth) of one loop iteration; iter "
-                 "GF: matmul GFLOP per device of one iteration, every loop expanded: a learner pass's micro-batch, a "
-                 "decode program's decode step (one trip of its data-dependent loop), else the call; ? where a loop's "
-                 "trips are not proven)")
+                 "once; iter GF: matmul GFLOP per device of one iteration, every loop expanded: a learner pass's "
+                 "micro-batch, a decode program's decode step (one trip of its data-dependent loop), else the call; "
+                 "? where a loop's trips are not proven; est ms: roofline max(iter GF / peak FLOP/s, accessed / HBM "
+                 "bandwidth) of one iteration)")
     for p in self.programs:
       if p.flops_unknown is not None:
         lines.append(f"  {p.name}: iter GF unknown: {p.flops_unknown}")
