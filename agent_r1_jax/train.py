@@ -15,12 +15,13 @@ TPU slice and the budget is its chips' HBM. `--config.dry_run_report=PATH` also 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 
 from absl import app, flags
 from ml_collections import config_flags
+
+from agent_r1_jax.config_overrides import unknown_override
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Training config file, e.g. configs/grpo_multihopqa.py or configs/ppo_multihopqa.py:qwen2.5-3b.",
@@ -61,37 +62,12 @@ def run(c, workdir: str | None):
   return trainer.train(c, workdir)
 
 
-def _unknown_override(argv: list[str]) -> str | None:
-  """The first `--config.a.b=v` override naming a field the config does not have, explained; else None."""
-  spec = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")), None)
-  if spec is None:
-    return None
-  path, _, preset = spec.partition(":")
-  module_spec = importlib.util.spec_from_file_location("_agent_r1_config", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  config = module.get_config(preset)
-  for arg in argv[1:]:
-    if not arg.startswith("--config."):
-      continue
-    dotted = arg[len("--config."):].split("=", 1)[0]
-    node, walked = config, []
-    for part in dotted.split("."):
-      if not hasattr(node, "keys") or part not in node.keys():
-        fields = sorted(node.keys()) if hasattr(node, "keys") else []
-        where = ".".join(walked) or "the top level"
-        return (f"unknown config field {dotted!r} (from {arg}); fields at {where}: {fields}. "
-                f"See agent_r1_jax/trainer/config.py")
-      node, walked = node[part], walked + [part]
-  return None
-
-
 def _parse_flags(argv: list[str]) -> list[str]:
   """absl flag parsing with config-override mistakes reported in one line instead of a traceback."""
   try:
     return flags.FLAGS(argv)
   except (AttributeError, KeyError, flags.IllegalFlagValueError) as e:
-    message = _unknown_override(argv)
+    message = unknown_override(argv)
     print(f"error: {message or e}", file=sys.stderr)
     sys.exit(2)
 

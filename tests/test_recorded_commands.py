@@ -18,7 +18,7 @@ from absl import flags
 from ml_collections import config_flags
 from ml_collections.config_flags.config_flags import FlagOrderError
 
-from agent_r1_jax import train
+from agent_r1_jax.config_overrides import unknown_override
 from agent_r1_jax.sizing import checks as sizing_checks
 from agent_r1_jax.sizing import dry_run
 from agent_r1_jax.trainer import config as config_lib
@@ -59,7 +59,7 @@ def _parse(command: str):
   values = flags.FlagValues()
   holder = config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=True, sys_argv=argv)
   flags.DEFINE_string("workdir", None, "", flag_values=values)
-  assert train._unknown_override(argv) is None
+  assert unknown_override(argv) is None
   values(argv)
   return holder.value
 
