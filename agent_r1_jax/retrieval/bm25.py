@@ -23,12 +23,13 @@ import bm25s
 import numpy as np
 import scipy.sparse as sp
 
+from agent_r1_jax.retrieval import bm25_scoring
 from agent_r1_jax.retrieval.base import check_top_k
 from agent_r1_jax.retrieval.corpus import Passage, SearchHit, corpus_hash, passages_from_rows
 
 _MANIFEST = "agent_r1_bm25.json"
 _PASSAGES = "passages.jsonl"
-_SUPPORTED_METHODS = ("robertson", "lucene", "atire")
+_SUPPORTED_METHODS = bm25_scoring.METHODS
 
 
 class BM25Index:
@@ -109,8 +110,9 @@ class BM25Index:
     Only documents that share a term with a query are scored. For a chunk of Q queries the postings of
     all their terms are concatenated as keys row * num_docs + doc with their contributions s(doc, t);
     `np.unique` groups equal keys and `np.bincount` sums them, so the cost is O(P log P) in the number P
-    of postings touched rather than O(Q * num_docs). Each row's top-k is then an argpartition over its
-    own touched documents. A query's result does not depend on the other queries of its chunk.
+    of postings touched rather than O(Q * num_docs). Each row's top-k is then selected among its own
+    touched documents (`bm25_scoring.top_k`: ties at the k-th score go to the earlier passage). A query's
+    result does not depend on the other queries of its chunk.
     """
     check_top_k(top_k)
     token_ids = [self.query_token_ids(str(q)) for q in queries]
@@ -136,14 +138,9 @@ class BM25Index:
     bounds = np.searchsorted(rows, np.arange(len(token_ids) + 1))
     out = []
     for row in range(len(token_ids)):
-      seg_scores = sums[bounds[row]:bounds[row + 1]]
-      seg_docs = docs[bounds[row]:bounds[row + 1]]
-      if len(seg_scores) > top_k:
-        keep = np.argpartition(-seg_scores, top_k - 1)[:top_k]
-        seg_scores, seg_docs = seg_scores[keep], seg_docs[keep]
-      order = np.lexsort((seg_docs, -seg_scores))
-      out.append([SearchHit(self.passages[int(d)], float(v))
-                  for d, v in zip(seg_docs[order], seg_scores[order]) if v > 0])
+      seg_docs, seg_scores = bm25_scoring.top_k(docs[bounds[row]:bounds[row + 1]], sums[bounds[row]:bounds[row + 1]],
+                                                top_k)
+      out.append([SearchHit(self.passages[int(d)], float(v)) for d, v in zip(seg_docs, seg_scores)])
     return out
 
   # --- persistence -------------------------------------------------------------------------------
@@ -164,6 +161,10 @@ class BM25Index:
     """Loads an index written by `save`; when `passages` is given it must hash to the saved corpus."""
     directory = pathlib.Path(directory)
     manifest_path = directory / _MANIFEST
+    if (directory / "agent_r1_bm25_mmap.json").is_file():
+      raise ValueError(f"{directory} is a memory-mapped BM25 index: load it with "
+                       "agent_r1_jax.retrieval.bm25_mmap.MmapBM25Index, or serve it with "
+                       f"python -m agent_r1_jax.retrieval.server --index {directory}")
     if not manifest_path.is_file():
       raise FileNotFoundError(f"{directory} is not a saved BM25Index (missing {_MANIFEST})")
     manifest = json.loads(manifest_path.read_text())

@@ -7,17 +7,20 @@ Two JSONL row formats are accepted (one JSON object per line):
 * Plain: `{"title": ..., "text": ...}` with an optional `"id"`.
 
 A `.json` file holding one JSON list of such objects (the HippoRAG corpus files) is read as well. Rows
-without an id get their 0-based row number as id.
+without an id get their 0-based row number as id. `iter_passages` streams a corpus instead of loading it
+(JSONL, and DPR's `psgs_w100.tsv`: a header `id, text, title`, tab-separated, CSV-quoted), for the offline
+builders of corpora that do not fit in memory as Python objects (21M Wikipedia passages).
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import hashlib
 import json
 import os
 import pathlib
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,12 +122,68 @@ def load_corpus(path: str | os.PathLike[str], limit: int | None = None) -> list[
   return passages_from_rows(rows)
 
 
-def corpus_hash(passages: Sequence[Passage]) -> str:
-  """SHA-256 over (id, title, text) of every passage in order; identifies the corpus an index was built on."""
-  h = hashlib.sha256()
-  for p in passages:
+class CorpusHasher:
+  """SHA-256 over (id, title, text) of passages fed in order, each field length-prefixed (8 bytes, little end)."""
+
+  def __init__(self):
+    self._h = hashlib.sha256()
+
+  def update(self, p: Passage) -> None:
     for field in (p.id, p.title, p.text):
       data = field.encode("utf-8")
-      h.update(len(data).to_bytes(8, "little"))
-      h.update(data)
+      self._h.update(len(data).to_bytes(8, "little"))
+      self._h.update(data)
+
+  def hexdigest(self) -> str:
+    return self._h.hexdigest()
+
+
+def corpus_hash(passages: Iterable[Passage]) -> str:
+  """SHA-256 over (id, title, text) of every passage in order; identifies the corpus an index was built on."""
+  h = CorpusHasher()
+  for p in passages:
+    h.update(p)
   return h.hexdigest()
+
+
+def iter_passages(path: str | os.PathLike[str], *, on_bytes: Callable[[int], None] | None = None) -> Iterator[Passage]:
+  """Streams the passages of a corpus file in order, holding one line at a time.
+
+  JSONL rows as `load_corpus` reads them; a `.tsv` file is DPR's format (header `id\ttext\ttitle`, fields
+  CSV-quoted with doubled quotes). A `.json` list file is loaded whole (those corpora are small).
+  `on_bytes(n)` is called with the size of each line read, for a progress bar over the file's bytes.
+  Ids are not checked for uniqueness here (that would hold every id in memory).
+  """
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f"corpus file not found: {path}")
+  with path.open("rb") as f:
+    head = f.read(64).lstrip()
+  if head.startswith(b"["):
+    yield from load_corpus(path)
+    return
+  tsv = path.suffix == ".tsv"
+  count = 0
+  with path.open("rb") as f:
+    for line_no, raw in enumerate(f, start=1):
+      if on_bytes is not None:
+        on_bytes(len(raw))
+      line = raw.decode("utf-8")
+      if not line.strip():
+        continue
+      if tsv:
+        fields = next(csv.reader([line.rstrip("\r\n")], delimiter="\t"))
+        if line_no == 1 and fields[:3] == ["id", "text", "title"]:
+          continue
+        if len(fields) != 3:
+          raise ValueError(f"{path}:{line_no} has {len(fields)} tab-separated fields; DPR's TSV has id, text, title")
+        yield Passage(fields[0], fields[2].strip(), fields[1].strip())
+      else:
+        try:
+          row = json.loads(line)
+        except json.JSONDecodeError as e:
+          raise ValueError(f"{path}:{line_no} is not valid JSON ({e.msg}); the corpus must be JSONL") from e
+        yield passage_from_row(row, count)
+      count += 1
+  if count == 0:
+    raise ValueError(f"corpus file {path} holds no passages")
