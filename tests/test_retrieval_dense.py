@@ -133,3 +133,103 @@ def test_server_loads_dense_and_bm25_index_dirs(tiny_bert, tmp_path):
   bm25, kind, n = load_retriever(str(corpus), str(bm25_dir))
   assert kind == "bm25" and n == len(WORDS) and bm25.settings["k1"] == 1.2
   assert bm25.search(queries, 3) == BM25Index(load_corpus(corpus), k1=1.2).search(queries, 3)
+
+
+_DYING_ENCODE = """
+import os, sys
+from agent_r1_jax.retrieval.encode_shards import encode_corpus
+from agent_r1_jax.retrieval.encoders import HFEncoder
+encoder = HFEncoder(sys.argv[1], "e5", max_length=32, batch_size=4)
+calls, encode = [0], encoder.encode_passages
+def dying(texts):
+  calls[0] += 1
+  if calls[0] == int(sys.argv[4]):
+    os._exit(9)  # no clean-up, as a preempted host
+  return encode(texts)
+encoder.encode_passages = dying
+encode_corpus(sys.argv[2], sys.argv[3], encoder, shard_size=5, encode_batch=2, encoder_info={"kind": "e5"},
+              show_progress=False)
+"""
+
+
+def _wiki_corpus(path, n=23):
+  path.write_text("".join(json.dumps({"id": f"p{i}", "title": WORDS[i % len(WORDS)].title(),
+                                      "text": " ".join(WORDS[(i * j) % len(WORDS)] for j in range(1, 9))}) + "\n"
+                          for i in range(n)))
+  return path
+
+
+def test_sharded_encoding_resumes_after_a_kill(tiny_bert, tmp_path):
+  """Killed in its third shard, the encode leaves two shards and a partial one; the rerun encodes only the
+  passages not yet stored and ends with the embeddings of an uninterrupted run. Two hosts splitting the shards
+  give them too."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.retrieval.encode_shards import encode_corpus, load_embeddings  # pylint: disable=import-outside-toplevel
+  corpus = _wiki_corpus(tmp_path / "corpus.jsonl")
+  encoder = HFEncoder(tiny_bert, "e5", max_length=32, batch_size=4)
+  options = dict(shard_size=5, encode_batch=2, encoder_info={"kind": "e5"}, show_progress=False)
+  whole = encode_corpus(corpus, tmp_path / "whole", encoder, **options)
+  reference, _ = load_embeddings(tmp_path / "whole")
+  np.testing.assert_allclose(reference, encoder.encode_passages([p.contents for p in load_corpus(corpus)]), atol=1e-6)
+
+  resumed = tmp_path / "resumed"
+  proc = subprocess.run([sys.executable, "-c", _DYING_ENCODE, str(tiny_bert), str(corpus), str(resumed), "8"],
+                        capture_output=True, text=True, timeout=300, check=False)
+  assert proc.returncode == 9, proc.stderr[-2000:]
+  assert sorted(p.name for p in resumed.glob("emb-*")) == ["emb-00000.json", "emb-00000.npy", "emb-00001.json",
+                                                           "emb-00001.npy", "emb-00002.npy.partial"]
+  with pytest.raises(ValueError, match="has not read its corpus to the end"):
+    load_embeddings(resumed)
+  kept = {p.name: p.stat().st_mtime_ns for p in resumed.glob("emb-0000[01].*")}
+  encoded = []
+
+  class Counting:
+    dim = encoder.dim
+
+    def encode_passages(self, texts):
+      encoded.extend(texts)
+      return encoder.encode_passages(texts)
+
+  assert encode_corpus(corpus, resumed, Counting(), **options) == whole
+  assert len(encoded) == 23 - 10 and {p.name: p.stat().st_mtime_ns for p in resumed.glob("emb-0000[01].*")} == kept
+  np.testing.assert_allclose(load_embeddings(resumed)[0], reference, atol=1e-6)
+
+  hosts = tmp_path / "hosts"
+  encode_corpus(corpus, hosts, encoder, num_hosts=2, host_index=1, **options)
+  with pytest.raises(ValueError, match=r"3 of 5 shards are missing .*\[0, 2, 4\]"):
+    load_embeddings(hosts)
+  encode_corpus(corpus, hosts, encoder, num_hosts=2, host_index=0, **options)
+  np.testing.assert_allclose(load_embeddings(hosts)[0], reference, atol=1e-6)
+  with pytest.raises(ValueError, match="holds embeddings made with"):
+    encode_corpus(corpus, hosts, encoder, **dict(options, shard_size=6))
+
+
+def test_dense_index_from_shards_served_with_mmapped_passages(tiny_bert, tmp_path):
+  """21M-passage serving without the corpus in memory: ScaNN (int8 reorder) built from the shards, passages read
+  from a bm25_mmap directory's store; the same hits as the dense index loaded with the corpus file."""
+  from agent_r1_jax.retrieval.encode_shards import encode_corpus  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.retrieval.passage_store import PassageStore  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.retrieval.server import load_retriever  # pylint: disable=import-outside-toplevel
+  corpus = _wiki_corpus(tmp_path / "corpus.jsonl", n=60)
+  encoder = HFEncoder(tiny_bert, "e5", max_length=32, batch_size=8)
+  info = {"path": str(tiny_bert), "kind": "e5", "max_length": 32}
+  encode_corpus(corpus, tmp_path / "emb", encoder, shard_size=16, encoder_info=info, show_progress=False)
+  assert build_index.main(["--embeddings", str(tmp_path / "emb"), "--out", str(tmp_path / "dense"),
+                           "--scann.reorder_dtype", "int8"]) == 0
+  assert build_index.main(["--corpus", str(corpus), "--out", str(tmp_path / "bm25"), "--kind", "bm25_mmap"]) == 0
+  retriever, kind, n = load_retriever(None, str(tmp_path / "dense"), passages=str(tmp_path / "bm25"))
+  assert kind == "dense" and n == 60 and isinstance(retriever.passages, PassageStore)
+  assert retriever.index.config.reorder_dtype == "int8" and retriever.encoder.kind == "e5"
+  queries = ["capital city", "rock music album", "river band"]
+  with_corpus = DenseRetriever.load(tmp_path / "dense", corpus_path=corpus)
+  assert retriever.search(queries, 5) == with_corpus.search(queries, 5)
+  top = retriever.search(queries, 1)
+  exact = np.argmax(encoder.encode_queries(queries) @ encoder.encode_passages(
+      [p.contents for p in load_corpus(corpus)]).T, axis=1)
+  assert [row[0].passage.id for row in top] == [f"p{i}" for i in exact]
+  (tmp_path / "other.jsonl").write_text((tmp_path / "corpus.jsonl").read_text().replace("p0", "q0", 1))
+  assert build_index.main(["--corpus", str(tmp_path / "other.jsonl"), "--out", str(tmp_path / "other"),
+                           "--kind", "bm25_mmap"]) == 0
+  with pytest.raises(ValueError, match="different corpus"):
+    load_retriever(None, str(tmp_path / "dense"), passages=str(tmp_path / "other"))

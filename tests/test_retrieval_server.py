@@ -41,11 +41,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _server(corpus, port):
+def _server(corpus, port, *args):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  proc = subprocess.Popen([sys.executable, "-m", "agent_r1_jax.retrieval.server", "--corpus", str(corpus),
-                           "--port", str(port), "--topk", "3"], env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT)
+  source = ["--corpus", str(corpus)] if corpus else []
+  proc = subprocess.Popen([sys.executable, "-m", "agent_r1_jax.retrieval.server", *source, "--port", str(port),
+                           "--topk", "3", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   try:
     deadline = time.monotonic() + 90
     while True:
@@ -139,3 +139,28 @@ def test_request_limits(corpus_path):
       assert r.status_code == status and message in r.text, (path, payload, r.status_code, r.text)
   assert client.post("/retrieve", content=b'{"queries": ["river"]}',
                      headers={"content-type": "application/json", "content-length": "2001"}).status_code == 413
+
+
+def test_memory_mapped_index_served_to_a_run_configured_for_http(corpus_path, tmp_path):
+  """The path a run takes at Wikipedia scale: `build_index --kind bm25_mmap`, the server on that directory alone
+  (no corpus) in two processes, and the trainer's tools built from `tool.retriever="http"`, `tool.server_url`.
+  Every answer equals the in-memory index's."""
+  from agent_r1_jax.retrieval import build_index  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.trainer.config import base_config  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.trainer.task import tool_options  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.tools import build_tools  # pylint: disable=import-outside-toplevel
+  index_dir = tmp_path / "bm25_mmap"
+  assert build_index.main(["--corpus", str(corpus_path), "--out", str(index_dir), "--kind", "bm25_mmap",
+                           "--chunk_size", "16"]) == 0
+  port = _free_port()
+  c = base_config("grpo")
+  c.tool.retriever, c.tool.server_url, c.tool.top_k = "http", f"http://127.0.0.1:{port}", 4
+  env = NousToolEnv(build_tools(list(c.tool.tools), tool_options(c)))
+  local_env = NousToolEnv([WikiSearchTool(BM25Index(load_corpus(corpus_path)), top_k=4)])
+  calls = [NousToolEnv.render_call("search", {"query": q}) for q in QUERIES]
+  with _server(None, port, "--index", str(index_dir), "--workers", "2"):
+    assert httpx.get(c.tool.server_url + "/health").json() == {"status": "ok", "retriever": "bm25", "num_passages": 120}
+    for call in calls:
+      assert env.step(call) == local_env.step(call)
+    expected = _hits(BM25Index(load_corpus(corpus_path)).search(QUERIES, 5))
+    assert _hits(HttpRetriever(c.tool.server_url + "/retrieve").search(QUERIES, 5)) == expected

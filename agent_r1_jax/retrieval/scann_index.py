@@ -8,7 +8,12 @@ approximates it in three stages, each configured by `ScannConfig`:
    `num_leaves_to_search` closest leaves;
 2. asymmetric hashing (AH): points are product-quantised in blocks of `dims_per_block` dimensions
    (anisotropic loss weighted by `anisotropic_quantization_threshold`) and scored with lookup tables;
-3. reorder: the best `reorder_k` AH candidates are re-scored exactly in float32 and the top k returned.
+3. reorder: the best `reorder_k` AH candidates are re-scored and the top k returned, from the database
+   kept in float32 (exact), or quantized to int8 (one scale per dimension) or bfloat16 (`reorder_dtype`).
+
+Bytes per point on disk, D dimensions: AH codes D / dims_per_block (one byte per block, 16 centres each),
+the reorder copy 4 D (float32), 2 D (bfloat16) or D (int8), and 4 for the point's leaf; e5-base
+(D = 768), 2 dims per block, int8 reorder: 384 + 768 + 4 = 1156.
 
 `save` writes ScaNN's own assets plus a manifest (kind, corpus hash, N, D, settings) that `load` checks.
 """
@@ -37,6 +42,7 @@ class ScannConfig:
     Clustered real embeddings reach high recall probing 5-20% of leaves; isotropic random vectors need
     about half (measured in tests/test_retrieval_scann.py).
   min_points_for_tree: below this N the tree is skipped when num_leaves is None.
+  reorder_dtype: the database copy the reorder step scores: "float32" (exact), "int8" or "bfloat16".
   """
 
   num_neighbors: int = 10
@@ -48,6 +54,7 @@ class ScannConfig:
   dims_per_block: int = 2
   anisotropic_quantization_threshold: float = 0.2
   reorder_k: int = 100
+  reorder_dtype: str = "float32"
   training_threads: int = 0
 
   def resolved(self, num_points: int) -> ScannConfig:
@@ -62,6 +69,9 @@ class ScannConfig:
     return dataclasses.replace(self, num_leaves=leaves, num_leaves_to_search=min(to_search, leaves) if leaves else 0,
                                training_sample_size=min(self.training_sample_size, num_points),
                                reorder_k=max(self.reorder_k, self.num_neighbors))
+
+
+_REORDER_DTYPES = ("float32", "int8", "bfloat16")
 
 
 def _scann_ops():
@@ -91,6 +101,9 @@ class ScannIndex:
     if not np.isfinite(x).all():
       raise ValueError("embeddings contain NaN or inf; fix the encoder output before indexing")
     cfg = (config or ScannConfig()).resolved(x.shape[0])
+    if cfg.reorder_dtype not in _REORDER_DTYPES:
+      raise ValueError(f"reorder_dtype must be one of {_REORDER_DTYPES}, got {cfg.reorder_dtype!r}")
+    from scann.scann_ops.py.scann_builder import ReorderType  # pylint: disable=import-outside-toplevel
     builder = _scann_ops().builder(x, cfg.num_neighbors, "dot_product")
     if cfg.num_leaves:
       builder = builder.tree(num_leaves=cfg.num_leaves, num_leaves_to_search=cfg.num_leaves_to_search,
@@ -98,7 +111,7 @@ class ScannIndex:
     builder = builder.score_ah(cfg.dims_per_block,
                                anisotropic_quantization_threshold=cfg.anisotropic_quantization_threshold,
                                training_sample_size=cfg.training_sample_size)
-    builder = builder.reorder(cfg.reorder_k)
+    builder = builder.reorder(cfg.reorder_k, quantize=ReorderType[cfg.reorder_dtype.upper()])
     if cfg.training_threads:
       builder = builder.set_n_training_threads(cfg.training_threads)
     return cls(builder.build(), num_points=x.shape[0], dim=x.shape[1], config=cfg, corpus_hash=corpus_hash,
