@@ -32,7 +32,9 @@ RATIO_LINES = {
     "matmul_rate": [r"^cpu: .+; \d+ logical CPUs; load average ", r"^float32 256 x 256 matmul, jitted jax\.numpy: ",
                     r"^float32 256 x 256 matmul, numpy: ", rf"^ratio jax\.numpy / numpy: {RATIO}$"],
     "python_tool": [rf"^sandbox cost: {RATIO} the time of unisolated snippets"],
-    "retrieval": [rf"^BM25Index single query\s+:.*\({RATIO} baseline\)",
+    # Memory-mapped BM25 over HTTP against in-process search; ScaNN against exact numpy search.
+    "retrieval": [rf"^HTTP, one query per request, 1 client\s+:.*\({RATIO} in-process\)",
+                  rf"^HTTP, batches of \d+, \d+ clients\s+:.*\({RATIO} one per request\)",
                   rf"^ScaNN single query\s+:.*\({RATIO} exact single\)",
                   rf"^ScaNN batched\s+:.*\({RATIO} single, {RATIO} exact batched\)"],
     # The slot engine against the lockstep driver on the same episodes, per injected tool latency.
