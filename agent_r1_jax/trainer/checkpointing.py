@@ -9,7 +9,7 @@ Saves are asynchronous (orbax's background thread); `wait()` blocks until the la
 
 Resuming a workdir whose checkpoint was written by a different model or algorithm is refused with a message
 that names the mismatching fields, instead of failing later inside orbax with a shape error. `Preemption` turns
-SIGTERM into a save after the current step.
+SIGTERM and SIGINT into a save after the current step.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ import signal
 from typing import Any, Mapping
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy
 
 from agent_r1_jax import workdir as workdir_lib
+from agent_r1_jax.sampling.multihost import any_across_processes
 
 
 class IncompatibleCheckpointError(ValueError):
@@ -56,6 +58,10 @@ class Checkpointer:
         args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(dict(meta))),
         force=force)
 
+  def metadata(self, step: int) -> dict:
+    """The JSON record saved with step `step` (no arrays read)."""
+    return self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+
   def restore(self, step: int, abstract_state: Any, fingerprint: Mapping[str, Any]) -> tuple[Any, dict]:
     """Restores step `step` onto the shapes/shardings of `abstract_state`.
 
@@ -67,7 +73,7 @@ class Checkpointer:
     Returns:
       `(state, meta)`.
     """
-    meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    meta = self.metadata(step)
     saved = meta.get("fingerprint", {})
     diffs = {k: (saved.get(k), v) for k, v in fingerprint.items() if saved.get(k) != v}
     if diffs:
@@ -83,29 +89,48 @@ class Checkpointer:
   def wait(self) -> None:
     self._manager.wait_until_finished()
 
+  def delete_all(self) -> None:
+    """Deletes every saved step (after the last save has finished)."""
+    self._manager.wait_until_finished()
+    for step in self._manager.all_steps():
+      self._manager.delete(step)
+
   def close(self) -> None:
     self._manager.wait_until_finished()
     self._manager.close()
 
 
 class Preemption:
-  """SIGTERM handler: the loop finishes the current step, saves, and exits cleanly."""
+  """SIGTERM (a preemption notice) and SIGINT (Ctrl-C) handler: the loop finishes the current step, saves, and
+  exits cleanly. A second Ctrl-C interrupts at once (the first restores Python's own SIGINT handler)."""
+
+  SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
   def __init__(self):
     self.requested = False
-    self._previous = None
+    self.signal_name = ""
+    self._previous: dict[int, Any] = {}
 
   def __enter__(self):
-    try:
-      self._previous = signal.signal(signal.SIGTERM, self._handle)
-    except ValueError:  # not the main thread (e.g. a notebook worker): no handler
-      self._previous = None
+    for signum in self.SIGNALS:
+      try:
+        self._previous[signum] = signal.signal(signum, self._handle)
+      except ValueError:  # not the main thread (e.g. a notebook worker): no handler
+        pass
     return self
 
   def _handle(self, signum, frame):
-    del signum, frame
+    del frame
     self.requested = True
+    self.signal_name = signal.Signals(signum).name
+    if signum == signal.SIGINT and signum in self._previous:
+      signal.signal(signum, self._previous[signum])
+
+  def agreed(self) -> bool:
+    """Whether any process caught a signal: every process gets the same answer, so all of them save the same step
+    (one all-gather of a flag with several processes, none with one)."""
+    return any_across_processes(np.array([self.requested]))
 
   def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous)

@@ -43,12 +43,13 @@ from agent_r1_jax.learner import batch_split, build
 from agent_r1_jax.trainer import actor_checkpoint, assets, backend
 from agent_r1_jax.trainer import config as config_lib
 from agent_r1_jax.trainer import reporting, task as task_lib
-from agent_r1_jax.trainer import wandb_logging
+from agent_r1_jax.trainer import wandb_logging, warmup_checkpoints
 from agent_r1_jax.warmup import run as warmup_run
 from agent_r1_jax.warmup import sft as sft_lib
 from agent_r1_jax.trainer.checkpointing import Checkpointer, Preemption
 from agent_r1_jax.trainer.metrics import MetricsWriter
 from agent_r1_jax.trainer.rollout_step import RolloutStepMixin
+from agent_r1_jax.trainer.warmup_checkpoints import WarmupCheckpoints, WarmupInterrupted
 
 
 @dataclasses.dataclass
@@ -73,6 +74,11 @@ class RLTrainer(RolloutStepMixin):
     if self.is_chief:
       # The run's full config, so `agent_r1_jax.evaluate --workdir` can rebuild the same task and model.
       (self.workdir / "config.json").write_text(c.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+      # What differs from the preset (overrides and resolved paths), printed and kept beside the full config.
+      differences = {k: {"preset": old, "run": new} for k, (old, new) in config_lib.differences(c).items()}
+      (self.workdir / "config_differences.json").write_text(
+          json.dumps(differences, indent=2, sort_keys=True, default=repr) + "\n")
+      print(config_lib.describe_differences(c), flush=True)
     self.task = task_lib.build_task(c)
     tok = self.task.tokenizer
     self.mesh = build.build_mesh(c)
@@ -140,12 +146,12 @@ class RLTrainer(RolloutStepMixin):
 
   # ---- warm-up and evaluation -------------------------------------------------------------------------
 
-  def warmup(self, log) -> None:
-    """Supervised warm-up (`warmup.run.warm_up`: its stages, then extra rounds while its read check fails);
-    afterwards the optimizer state restarts and the reference and the critic's backbone become the warmed-up
-    actor."""
+  def warmup(self, log, progress: WarmupCheckpoints | None = None) -> None:
+    """Supervised warm-up (`warmup.run.warm_up`: its stages, then extra rounds while its read check fails),
+    resumed and saved by `progress`; afterwards the optimizer state restarts and the reference and the critic's
+    backbone become the warmed-up actor."""
     params, record = warmup_run.warm_up(self.c, self.task, self.actor_graphdef, self.state["actor"], log=log,
-                                        verbose=self.is_chief)
+                                        verbose=self.is_chief, progress=progress)
     self._start_policy(params)
     self.meta.update(record)
 
@@ -242,75 +248,109 @@ class RLTrainer(RolloutStepMixin):
   # ---- the loop ---------------------------------------------------------------------------------------
 
   def run(self) -> RunResult:
+    """Resumes from the latest checkpoint, or starts (warm-up or `init_from`, the held-out evaluation before RL,
+    step 0), then runs the RL steps. SIGTERM or SIGINT saves the current step (of RL or of the warm-up) and
+    returns a preempted result after one line saying how to resume."""
     c = self.c
     latest = self.checkpointer.latest_step()
     if self.is_chief and wandb_logging.enabled(c):  # before the warm-up: a W&B login or network error shows now
       self.wandb = wandb_logging.WandbSink.start(c, self.workdir, resumed=latest is not None)
-    if latest is not None:
-      self._restore(latest)
-      start = latest
-      print(f"resuming from {self.checkpointer.directory} at step {latest}")
-    else:
-      start = 0
-      if c.init_from:
-        self.init_from(c.init_from)
-      elif c.sft.enabled:
-        sft_log = reporting.sft_logger(sum(st.steps for st in sft_lib.parse_stages(c.sft.stages)),
-                                       c.trainer.progress_bar)
-        self.warmup(sft_log)
-        sft_log.close()
-      warm_eval, warm_records = self.evaluate(self.task.test, max_examples=c.trainer.eval_num_examples)
-      self.meta["initial_eval"] = warm_eval
-      if self.is_chief:
-        reporting.print_eval("held-out evaluation before RL", warm_eval)
-      self._save(0, force=True)
-      self.checkpointer.wait()
-    writer = MetricsWriter(self.workdir, start_step=start + 1, enabled=self.is_chief)
-    preempted = False
-    progress = reporting.progress_bar(c.trainer.total_steps, start, c.trainer.progress_bar and self.is_chief)
-    final_eval = None  # the held-out evaluation of the last policy, where one already ran
-    if latest is None and c.trainer.total_steps == 0:  # a warm-up-only run: its step-0 policy is the last one
-      final_eval = warm_eval, warm_records
     with Preemption() as preemption:
-      step = start
-      while step < c.trainer.total_steps:
-        step += 1
-        metrics = self.step(step)
-        if step % c.trainer.eval_every == 0 or step == c.trainer.total_steps:
-          summaries, records = self.evaluate(self.task.validation, max_examples=c.trainer.eval_num_examples)
-          if step == c.trainer.total_steps and self.task.validation is self.task.test:
-            final_eval = summaries, records
-          for source, summary in summaries.items():
-            for k in ("em", "substring_acc", "f1", "format", "score", "tool_calls"):
-              metrics[f"eval/{source}/{k}"] = summary[k]
-            for k in summary:  # EM per question type, where the data set has types (the mixed world)
-              if k.startswith("em_"):
-                metrics[f"eval/{source}/{k}"] = summary[k]
-        row = writer.write(step, metrics)
-        if self.wandb is not None:
-          self.wandb.log(row)
-        reporting.update_progress(progress, row)
-        saved = step % c.trainer.save_every == 0 or step == c.trainer.total_steps
-        if saved:
-          self._save(step)
-          writer.sync()  # a bucket workdir holds every metrics row up to the checkpoint a rerun resumes from
-        if preemption.requested and step < c.trainer.total_steps:
-          if not saved:
-            self._save(step, force=True)
-          preempted = True
-          break
-    progress.close()
-    writer.close()
-    self.checkpointer.wait()
-    if preempted:
-      print(f"SIGTERM: saved step {step} to {self.checkpointer.directory}; rerun with the same --workdir to resume")
-      if self.wandb is not None:
-        self.wandb.preempted()
-      self.checkpointer.close()
+      try:
+        start, final_eval = self._start(latest, preemption)
+      except WarmupInterrupted as stop:
+        self._stopped(preemption, f"saved warm-up step {stop.step} to {stop.directory}")
+        return RunResult(step=0, preempted=True, summary={})
+      step = self._rl_steps(start, preemption)
+    if step < c.trainer.total_steps:
+      self._stopped(preemption, f"saved step {step} to {self.checkpointer.directory}")
       return RunResult(step=step, preempted=True, summary={})
+    final_eval = final_eval if step == start else self._final_validation
     summary = self.finish(final_eval)
     self.checkpointer.close()
     return RunResult(step=step, preempted=False, summary=summary)
+
+  def _start(self, latest: int | None, preemption: Preemption) -> tuple[int, tuple[dict, list] | None]:
+    """(the step RL starts after, the held-out evaluation of that policy where it ran): the latest checkpoint
+    restored, or the policy RL starts from made (`init_from` or the warm-up, resumed from its own saves) and
+    evaluated as step 0."""
+    c = self.c
+    if latest is not None:
+      self._restore(latest)
+      print(f"resuming from {self.checkpointer.directory} at step {latest}")
+      return latest, None
+    warmup_saves = None
+    if c.init_from:
+      self.init_from(c.init_from)
+    elif c.sft.enabled:
+      warmup_saves = WarmupCheckpoints(
+          self.workdir, save_every=c.sft.save_every, preemption=preemption, on_mesh=self._on_mesh,
+          fingerprint=warmup_checkpoints.warmup_fingerprint(c, self.fingerprint))
+      if warmup_saves.latest is not None:
+        print(f"resuming the warm-up from {warmup_saves.directory} at its step {warmup_saves.latest}")
+      sft_log = reporting.sft_logger(sum(st.steps for st in sft_lib.parse_stages(c.sft.stages)),
+                                     c.trainer.progress_bar and self.is_chief, initial=warmup_saves.latest or 0)
+      try:
+        self.warmup(sft_log, warmup_saves)
+      finally:
+        sft_log.close()
+    warm_eval = self.evaluate(self.task.test, max_examples=c.trainer.eval_num_examples)
+    self.meta["initial_eval"] = warm_eval[0]
+    if self.is_chief:
+      reporting.print_eval("held-out evaluation before RL", warm_eval[0])
+    self._save(0, force=True)
+    self.checkpointer.wait()
+    if warmup_saves is not None:
+      warmup_saves.discard()  # step 0 holds the warmed-up policy now
+    return 0, warm_eval  # a warm-up-only run (total_steps = 0): its step-0 policy is the last one
+
+  def _rl_steps(self, start: int, preemption: Preemption) -> int:
+    """RL steps start + 1 .. total_steps with their metrics, validation and checkpoints; returns the last step
+    taken (below total_steps when a signal stopped the run, its step saved). The last step's validation, where
+    it is the held-out test split, is kept in `_final_validation` for `finish`."""
+    c = self.c
+    writer = MetricsWriter(self.workdir, start_step=start + 1, enabled=self.is_chief)
+    progress = reporting.progress_bar(c.trainer.total_steps, start, c.trainer.progress_bar and self.is_chief)
+    self._final_validation = None
+    step = start
+    while step < c.trainer.total_steps:
+      step += 1
+      metrics = self.step(step)
+      if step % c.trainer.eval_every == 0 or step == c.trainer.total_steps:
+        summaries, records = self.evaluate(self.task.validation, max_examples=c.trainer.eval_num_examples)
+        if step == c.trainer.total_steps and self.task.validation is self.task.test:
+          self._final_validation = summaries, records
+        for source, summary in summaries.items():
+          for k in ("em", "substring_acc", "f1", "format", "score", "tool_calls"):
+            metrics[f"eval/{source}/{k}"] = summary[k]
+          for k in summary:  # EM per question type, where the data set has types (the mixed world)
+            if k.startswith("em_"):
+              metrics[f"eval/{source}/{k}"] = summary[k]
+      row = writer.write(step, metrics)
+      if self.wandb is not None:
+        self.wandb.log(row)
+      reporting.update_progress(progress, row)
+      saved = step % c.trainer.save_every == 0 or step == c.trainer.total_steps
+      if saved:
+        self._save(step)
+        writer.sync()  # a bucket workdir holds every metrics row up to the checkpoint a rerun resumes from
+      if step < c.trainer.total_steps and preemption.agreed():
+        if not saved:
+          self._save(step, force=True)
+        break
+    progress.close()
+    writer.close()
+    self.checkpointer.wait()
+    return step
+
+  def _stopped(self, preemption: Preemption, saved: str) -> None:
+    """The one line a signal's stop prints (how to resume), W&B told, checkpoints closed."""
+    if self.is_chief:
+      print(f"{preemption.signal_name or 'a signal on another process'}: {saved}; rerun the same command (the same "
+            f"--workdir) to resume", flush=True)
+    if self.wandb is not None:
+      self.wandb.preempted()
+    self.checkpointer.close()
 
   def finish(self, final_eval: tuple[dict[str, Any], list[Any]] | None = None) -> dict[str, Any]:
     """Held-out evaluation after RL (`final_eval`: its (summaries, records) where it already ran: validation is

@@ -31,9 +31,9 @@ def update_progress(bar, row: Mapping[str, Any]) -> None:
 class _SftLogger:
   """Progress of the supervised warm-up (tqdm bar showing the loss)."""
 
-  def __init__(self, total: int, enabled: bool):
+  def __init__(self, total: int, enabled: bool, initial: int = 0):
     from tqdm import tqdm  # pylint: disable=import-outside-toplevel
-    self._bar = tqdm(total=total, desc="sft", disable=not enabled, dynamic_ncols=True)
+    self._bar = tqdm(total=total, initial=initial, desc="sft", disable=not enabled, dynamic_ncols=True)
     self.last_loss = float("nan")
 
   def __call__(self, step: int, metrics: Mapping[str, Any]) -> None:
@@ -48,8 +48,9 @@ class _SftLogger:
     self._bar.close()
 
 
-def sft_logger(total: int, enabled: bool) -> _SftLogger:
-  return _SftLogger(total, enabled)
+def sft_logger(total: int, enabled: bool, initial: int = 0) -> _SftLogger:
+  """A tqdm bar over the warm-up's `total` planned steps, from `initial` (a resumed warm-up's)."""
+  return _SftLogger(total, enabled, initial)
 
 
 def eval_table(title: str, summaries: Mapping[str, Mapping[str, float]]) -> str:

@@ -14,6 +14,9 @@ def check_warmup_fields(c: config_dict.ConfigDict) -> None:
   """`sft.logits_chunk_size` always; the rest when the warm-up is enabled."""
   if not isinstance(c.sft.logits_chunk_size, int) or c.sft.logits_chunk_size < 0:
     raise ValueError(f"sft.logits_chunk_size must be an integer >= 0 (0: no chunking), got {c.sft.logits_chunk_size!r}")
+  if not isinstance(c.sft.save_every, int) or isinstance(c.sft.save_every, bool) or c.sft.save_every < 0:
+    raise ValueError(f"sft.save_every must be an integer >= 0 (optimizer steps between warm-up checkpoints; 0: "
+                     f"only at phase ends and on a signal), got {c.sft.save_every!r}")
   if c.sft.enabled:
     parse_stages(c.sft.stages)
     if c.sft.reading_relations not in READING_RELATIONS:

@@ -55,6 +55,12 @@ class ReadCheck:
     return dict(rounds=self.rounds, right=self.right, total=self.total, accuracy=self.accuracy,
                 by_relation={name: list(pair) for name, pair in self.by_relation.items()})
 
+  @classmethod
+  def from_dict(cls, d: dict[str, Any]) -> ReadCheck:
+    """The check `to_dict` wrote (a resumed warm-up's record)."""
+    return cls(rounds=int(d["rounds"]), right=int(d["right"]), total=int(d["total"]),
+               by_relation={name: (int(right), int(n)) for name, (right, n) in d["by_relation"].items()})
+
   def relation_summary(self) -> str:
     """"relation right/total" for every relation, worst read first."""
     order = sorted(self.by_relation.items(), key=lambda item: item[1][0] / item[1][1])

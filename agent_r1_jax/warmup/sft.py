@@ -26,7 +26,7 @@ linear warm-up, then a cosine decay to 0 at the last step.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +40,22 @@ from agent_r1_jax.learner import optimizer as optimizer_lib
 
 
 COPY_DRILL = -1  # `Stage.turns` of a copy-drill stage
+
+
+class Progress(Protocol):
+  """Where a warm-up phase resumes and what follows each of its updates (the trainer's checkpoints).
+
+  Steps count optimizer updates over the whole warm-up: a phase of `steps` updates starting at `first_step`
+  takes steps first_step + 1 .. first_step + steps. `checks` is the read checks recorded so far (`ReadCheck`
+  dicts, in order), which a resumed warm-up reads instead of measuring again.
+  """
+  checks: list[dict[str, Any]]
+
+  def resume(self, first_step: int, steps: int, params: nnx.State, opt_state: Any) -> tuple[nnx.State, Any, int]:
+    """`(params, opt_state, done)`: the phase's state after its first `done` updates (0: the given state)."""
+
+  def after_step(self, step: int, params: nnx.State, opt_state: Any, *, phase_end: bool) -> None:
+    """Called after update `step` (a phase's last one with `phase_end`); may save, and may raise to stop."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,13 +188,18 @@ class BatchStream:
     k, chosen = self.next_indices()
     return learner_batch([self.pools[k][i] for i in chosen], **self.layout)
 
+  def skip(self) -> None:
+    """Draws the next batch's indices without building it: a resumed phase replays the batches it trained on
+    before the interruption, so its stream goes on exactly where it stopped."""
+    self.next_indices()
+
 
 def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], *, stages: Sequence[Stage],
             lr: float, warmup_steps: int, weight_decay: float, prompt_length: int, response_length: int,
             pad_id: int, seed: int | tuple[int, ...], length_multiple: int | None = 64, log_fn=None,
             drill_examples: Sequence[Any] = (), single_turn_examples: Sequence[Any] = (),
             reading_examples: Sequence[Any] = (), adam_b2: float = 0.999, logits_chunk_size: int = 0,
-            length_group: int = 0) -> nnx.State:
+            length_group: int = 0, first_step: int = 0, progress: Progress | None = None) -> nnx.State:
   """Runs the warm-up `stages` in order and returns the trained parameters (see the module docstring).
 
   Copy-drill stages draw shuffled epochs of `drill_examples` (`data.synthetic.copy_drill`), the others of
@@ -187,8 +208,11 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
   `reading_examples` (episodes whose first turn is context, action mask 0: `first_turns` cannot cut them like
   the others), each in batches of their own. Each batch is padded only to its own length bucket
   (`length_multiple`; None pads to the full P and R). AdamW uses `adam_b2` as its second-moment decay.
-  `log_fn(step, metrics)` receives the global step (0-based), the loss, the gradient norm and the stage's
-  `sft/turns` (-1 for the copy drill). `seed` (an int or a tuple of ints) seeds the batch draws.
+  `log_fn(step, metrics)` receives the warm-up's step (0-based, `first_step` + this phase's), the loss, the
+  gradient norm and the stage's `sft/turns` (-1 for the copy drill). `seed` (an int or a tuple of ints) seeds the
+  batch draws. With `progress` the phase resumes where `progress.resume` says: the batch draws of the updates
+  already taken are replayed (indices only, no update), so a resumed phase trains on exactly the batches an
+  uninterrupted one does; `progress.after_step` follows every update.
   `logits_chunk_size` bounds the LM head's `[B, C, V]` block (see `sft_loss`). `length_group` > 0 cuts each
   pool's batches out of length-sorted windows of that many batches (`BatchStream`).
   """
@@ -204,6 +228,10 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
   tx = optimizer_lib.clipped_adamw(schedule, weight_decay=weight_decay, grad_clip=1.0, b2=adam_b2)
   trainer = SupervisedTrainer(graphdef, tx, logits_chunk_size=logits_chunk_size)
   opt_state = tx.init(params)
+  total = sum(stage.steps for stage in stages)
+  done = 0
+  if progress is not None:
+    params, opt_state, done = progress.resume(first_step, total, params, opt_state)
   step = 0
   for stage in stages:
     if stage.is_copy_drill:
@@ -214,8 +242,14 @@ def run_sft(graphdef: nnx.GraphDef, params: nnx.State, examples: Sequence[Any], 
                reading_examples if whole else ()]
     batches = BatchStream(pools, stage.batch_size, rng, layout, length_group=length_group)
     for _ in range(stage.steps):
+      if step < done:  # taken before an interruption
+        batches.skip()
+        step += 1
+        continue
       params, opt_state, metrics = trainer.step(params, opt_state, batches.next())
       if log_fn is not None:
-        log_fn(step, dict(metrics, **{"sft/turns": stage.turns}))
+        log_fn(first_step + step, dict(metrics, **{"sft/turns": stage.turns}))
       step += 1
+      if progress is not None:
+        progress.after_step(first_step + step, params, opt_state, phase_end=step == total)
   return params
