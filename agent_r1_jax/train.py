@@ -21,7 +21,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from agent_r1_jax.config_overrides import unknown_override
+from agent_r1_jax.cli_config import config_problem, unknown_override
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Training config file, e.g. configs/grpo_multihopqa.py or configs/ppo_multihopqa.py:qwen2.5-3b.",
@@ -49,6 +49,10 @@ def main(argv: list[str]) -> None:
       raise
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+  except KeyboardInterrupt:  # Ctrl-C outside the warm-up and RL steps (which save first), or a second Ctrl-C
+    print("interrupted: nothing saved since the last checkpoint; rerun the same command to resume from it",
+          file=sys.stderr)
+    sys.exit(130)
 
 
 def run(c, workdir: str | None):
@@ -63,7 +67,12 @@ def run(c, workdir: str | None):
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
-  """absl flag parsing with config-override mistakes reported in one line instead of a traceback."""
+  """absl flag parsing with config mistakes (a missing file, an unknown preset, a mistyped override) reported in
+  one line instead of a traceback."""
+  problem = config_problem(argv)
+  if problem:
+    print(f"error: {problem}", file=sys.stderr)
+    sys.exit(2)
   try:
     return flags.FLAGS(argv)
   except (AttributeError, KeyError, flags.IllegalFlagValueError) as e:

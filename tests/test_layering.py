@@ -18,7 +18,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "agent_r1_jax"
 
 # Lowest first. A package imports only packages of strictly lower layers (and itself).
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
-    {"paths", "workdir", "distributed", "config_overrides"},  # plumbing: directories, multi-host start, CLI checks
+    {"paths", "workdir", "distributed", "cli_config"},  # plumbing: directories, multi-host start, CLI checks
     {"rl", "rewards", "models", "retrieval"},     # pure math and scoring; the model; retrieval indexes
     {"tools"},                                    # tools (wiki_search -> retrieval)
     {"envs", "sampling"},                         # tool environments; the jitted sampler

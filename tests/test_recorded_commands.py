@@ -18,7 +18,7 @@ from absl import flags
 from ml_collections import config_flags
 from ml_collections.config_flags.config_flags import FlagOrderError
 
-from agent_r1_jax.config_overrides import unknown_override
+from agent_r1_jax.cli_config import unknown_override
 from agent_r1_jax.sizing import checks as sizing_checks
 from agent_r1_jax.sizing import dry_run
 from agent_r1_jax.trainer import config as config_lib

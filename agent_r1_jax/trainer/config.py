@@ -32,6 +32,7 @@ Algorithms differ only in these fields (the trainer never branches on the algori
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
 from ml_collections import config_dict
 
@@ -291,6 +292,9 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.sft.extra_stage = "all:400:16"              # stages of one extra round (`sft.stages` syntax, no `copy`)
   c.sft.extra_rounds = 2                        # most extra rounds before RL starts anyway (0: only report)
   c.sft.extra_lr = 1e-3                         # peak lr of each extra round's warm-up + cosine cycle
+  # Optimizer steps between the warm-up's own checkpoints (DIR/warmup_checkpoints; 0: only at each phase's end and on
+  # SIGTERM / SIGINT); a rerun of an interrupted warm-up resumes from the latest (trainer/warmup_checkpoints.py).
+  c.sft.save_every = 200
 
   # ---- mesh --------------------------------------------------------------------------------------------
   c.mesh = config_dict.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
@@ -346,3 +350,30 @@ def validate(c: config_dict.ConfigDict) -> None:
   check_sizing_fields(c)
   check_learner_fields(c)
   check_warmup_fields(c)
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+  """{"a.b": value} of a nested dict."""
+  out = {}
+  for key, value in d.items():
+    if isinstance(value, dict):
+      out.update(_flat(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def differences(c: config_dict.ConfigDict) -> dict[str, tuple[Any, Any]]:
+  """{field: (the preset's value, this config's)} for every field in which `c` differs from
+  `base_config(c.algorithm_name, c.preset)`: the command line's overrides and the paths resolved since."""
+  preset = _flat(base_config(c.algorithm_name, c.preset).to_dict())
+  ours = _flat(c.to_dict())
+  return {k: (preset.get(k), v) for k, v in sorted(ours.items()) if preset.get(k) != v}
+
+
+def describe_differences(c: config_dict.ConfigDict) -> str:
+  """One line: the algorithm, the preset and every field that differs from it (`differences`)."""
+  changed = differences(c)
+  fields = ", ".join(f"{k}={new!r} (preset: {old!r})" for k, (old, new) in changed.items())
+  return f"config: {c.algorithm_name} at preset {c.preset}" + (f"; differs in {fields}" if fields else
+                                                               ", as the preset sets it")

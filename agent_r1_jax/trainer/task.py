@@ -90,10 +90,16 @@ def _multihopqa_task(c: config_dict.ConfigDict) -> Task:
   if not root.is_dir():
     raise ValueError(f"data.prepared_dir={root} does not exist; run `python -m agent_r1_jax.data.prepare_multihopqa "
                      f"--out_dir={root} ...` first")
+  splits = tfds_store.list_splits(root, "multihopqa")
+  prepared = [s.removeprefix("validation_") for s in splits if s.startswith("validation_")]
+  missing = [src for src in c.data.val_sources if src not in prepared]
+  if missing:
+    raise ValueError(f"data.val_sources names {missing}, which {root} has no validation split for (it has "
+                     f"{prepared}): set --config.data.val_sources=\"{tuple(prepared)!r}\" or prepare them with "
+                     f"`python -m agent_r1_jax.data.prepare_multihopqa`")
   # Evaluation-only directories may hold validation splits alone; training then fails in the loader with a
   # message naming the empty split.
-  has_train = c.data.train_split in tfds_store.list_splits(root, "multihopqa")
-  train = tfds_store.load_split(root, "multihopqa", c.data.train_split) if has_train else ()
+  train = tfds_store.load_split(root, "multihopqa", c.data.train_split) if c.data.train_split in splits else ()
   validation = {src: tfds_store.load_split(root, "multihopqa", f"validation_{src}") for src in c.data.val_sources}
   if not (c.tool.corpus_path or c.tool.index_path or c.tool.server_url):
     raise ValueError("the multihopqa task needs a retriever: set --config.tool.corpus_path (JSONL corpus, e.g. "
