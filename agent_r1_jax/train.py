@@ -5,8 +5,9 @@
 
 Writes `DIR/metrics.jsonl` (one JSON object per step), TensorBoard events, checkpoints under
 `DIR/checkpoints/` (rerunning with the same DIR resumes; SIGTERM or Ctrl-C saves and exits, in RL or in the
-warm-up), `DIR/summary.json`, `DIR/curves.png` and the final policy as a Hugging Face checkpoint in `DIR/hf_export/`. DIR may be a Cloud Storage
-directory (`gs://bucket/run`, the machine's Google credentials; agent_r1_jax/workdir.py).
+warm-up), `DIR/summary.json`, `DIR/curves.png` and the final policy as a Hugging Face checkpoint in
+`DIR/hf_export/`. DIR may be a Cloud Storage directory (`gs://bucket/run`, the machine's Google credentials;
+agent_r1_jax/workdir.py).
 `--config.dry_run=True` compiles every program of one step at the configured shapes (no weights) and prints
 each one's per-device memory and cost as the compiler reports it, and whether the run fits
 `--config.dry_run_memory_gb`; with `--config.dry_run_topology=v5e:2x4` (libtpu) XLA:TPU compiles them for that
