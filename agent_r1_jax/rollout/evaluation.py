@@ -5,18 +5,26 @@ reward function registered for its `data_source`; `summarize` turns the per-exam
 of one data source (EM, F1, substring accuracy, format, reward, turns, tool-call and tool-error rates).
 Each record also keeps its response cut into action / observation segments, taken from the rollout's
 token-level `action_mask` (not from parsing the text), for the sample-trajectory page.
+
+Multi-host (P > 1 processes of one JAX job, each holding the same examples): process p plays examples
+p, p + P, p + 2P, ... and every process returns all records in example order (`gather_records`), so the
+summaries are the same on every process and, with greedy decoding, equal to one process's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import zlib
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from agent_r1_jax.rewards import get_scorer
 from agent_r1_jax.rollout import RolloutConfig, TrajectoryBatch, run_episodes
+from agent_r1_jax.sampling import multihost
 
 RECORD_METRICS = ("score", "em", "f1", "substring_acc", "format", "format_answer", "format_tool")
 ACTION, OBSERVATION = "action", "observation"
@@ -83,13 +91,47 @@ def score_batch(batch: TrajectoryBatch, *, reward_style: str = "paper") -> list[
 def evaluate_examples(sampler: Any, params: Any, env: Any, tokenizer: Any, render: Callable[[Mapping], str],
                       examples: Sequence[Mapping[str, Any]], rollout_config: RolloutConfig, sampling: Any,
                       rng: jax.Array, *, batch_size: int, reward_style: str = "paper") -> list[EpisodeRecord]:
-  """Greedy (or as `sampling` says) episodes for every example, `batch_size` prompts per rollout."""
+  """Greedy (or as `sampling` says) episodes for every example, `batch_size` prompts per rollout.
+
+  With P processes, n examples: process p plays examples i = j P + p for j < m = ceil(n / P) (an i >= n
+  replays example i mod n, its record dropped) in rollouts of b = ceil(batch_size / P) prompts, so all
+  processes issue the same sampler calls with as many rows; their c-th rollout together holds examples
+  [c b P, (c + 1) b P), one process's c-th rollout whenever P divides `batch_size`. Rollout c draws
+  `fold_in(rng, c b P)`. Every process returns all n records in example order.
+
+  Raises:
+    ValueError: the processes were given different examples or batch sizes.
+  """
+  processes, me = jax.process_count(), jax.process_index()
+  if processes == 1:
+    return _play(sampler, params, env, tokenizer, render, examples, rollout_config, sampling, rng,
+                 batch_size=batch_size, reward_style=reward_style)
+  n = len(examples)
+  ids = zlib.crc32("\n".join(str(ex["id"]) for ex in examples).encode())
+  agreed = multihost.gather_across_processes([n, batch_size, ids])
+  if (agreed != agreed[0]).any():
+    raise ValueError(f"the processes evaluate different examples or batch sizes ([n, batch_size, crc32 of the ids] "
+                     f"per process: {agreed.tolist()}); every process must load the same evaluation set")
+  if n == 0:
+    return []
+  order = [j * processes + me for j in range(-(-n // processes))]
+  played = _play(sampler, params, env, tokenizer, render, [examples[i % n] for i in order], rollout_config,
+                 sampling, rng, batch_size=-(-batch_size // processes), reward_style=reward_style,
+                 rng_stride=processes)
+  return gather_records([r for i, r in zip(order, played) if i < n])
+
+
+def _play(sampler: Any, params: Any, env: Any, tokenizer: Any, render: Callable[[Mapping], str],
+          examples: Sequence[Mapping[str, Any]], rollout_config: RolloutConfig, sampling: Any, rng: jax.Array, *,
+          batch_size: int, reward_style: str, rng_stride: int = 1) -> list[EpisodeRecord]:
+  """This process's episodes of `examples`, `batch_size` per rollout; rollout at `start` draws
+  `fold_in(rng, start * rng_stride)`."""
   records: list[EpisodeRecord] = []
   for start in range(0, len(examples), batch_size):
     chunk = [examples[i] for i in range(start, min(start + batch_size, len(examples)))]
     prompt_texts = [render(ex) for ex in chunk]
     batch = run_episodes(sampler, params, env, tokenizer, prompt_texts, rollout_config, sampling,
-                         jax.random.fold_in(rng, start), samples_per_prompt=1,
+                         jax.random.fold_in(rng, start * rng_stride), samples_per_prompt=1,
                          ground_truths=[list(ex["answers"]) for ex in chunk],
                          data_sources=[ex["data_source"] for ex in chunk], check_env=start == 0)
     for i, (ex, scores) in enumerate(zip(chunk, score_batch(batch, reward_style=reward_style))):
@@ -100,6 +142,32 @@ def evaluate_examples(sampler: Any, params: Any, env: Any, tokenizer: Any, rende
           num_tool_errors=int(batch.num_tool_errors[i]), stop_reason=int(batch.stop_reason[i]),
           segments=response_segments(batch, i, tokenizer), question_type=str(ex.get("type") or "")))
   return records
+
+
+def record_from_dict(d: Mapping[str, Any]) -> EpisodeRecord:
+  """The inverse of `dataclasses.asdict` on an `EpisodeRecord` that went through JSON (segments are tuples)."""
+  return EpisodeRecord(**{**d, "segments": [tuple(s) for s in d["segments"]]})
+
+
+def gather_records(local: Sequence[EpisodeRecord]) -> list[EpisodeRecord]:
+  """Every process's records, interleaved: record i of the result is record i // P of process i mod P (the
+  order `evaluate_examples` deals examples in). A collective: every process calls it, with m or m - 1
+  records (process p holds records p, p + P, ...)."""
+  blobs = gather_bytes(json.dumps([dataclasses.asdict(r) for r in local]).encode())
+  per_process = [[record_from_dict(d) for d in json.loads(b)] for b in blobs]
+  total = sum(len(p) for p in per_process)
+  return [per_process[i % len(blobs)][i // len(blobs)] for i in range(total)]
+
+
+def gather_bytes(payload: bytes) -> list[bytes]:
+  """Each process's `payload`, by process index (two `process_allgather`s: the lengths, then the bytes padded
+  to a power of two of at least 1 KiB, so a handful of sizes compile)."""
+  sizes = multihost.gather_across_processes([len(payload)])[:, 0]
+  width = max(1024, 1 << int(sizes.max() - 1).bit_length())
+  buffer = np.zeros(width, np.uint8)
+  buffer[:len(payload)] = np.frombuffer(payload, np.uint8)
+  rows = np.asarray(multihost_utils.process_allgather(buffer)).reshape(len(sizes), width)
+  return [rows[p, :size].tobytes() for p, size in enumerate(sizes)]
 
 
 def summarize(records: Sequence[EpisodeRecord]) -> dict[str, float]:
