@@ -14,6 +14,11 @@ rates per method x dataset), `trajectories.html` (sample episodes with actions a
 marked) and `records.jsonl` to `--out_dir` (default `RUN_DIR/eval`, or `./eval` for an HF directory).
 
 Single-turn methods score 0 on the paper reward's tool-format term by construction: compare methods by EM.
+
+Multi-host: launch the same command on every worker with `AGENT_R1_DISTRIBUTED=on` (or the JAX_* variables of
+`agent_r1_jax.distributed`); the questions are split over the processes, which step through the sampler's
+programs together, the records are gathered in question order (greedy: the one-process figures exactly), and
+process 0 writes the outputs.
 """
 
 from __future__ import annotations
@@ -47,7 +52,9 @@ _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed (greedy decoding does not use
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  from agent_r1_jax.evaluation.pipeline import run  # pylint: disable=import-outside-toplevel  (JAX after flags)
+  from agent_r1_jax.distributed import maybe_initialize  # pylint: disable=import-outside-toplevel  (after flags)
+  maybe_initialize()  # multi-host: before anything touches a JAX backend; a no-op for one process
+  from agent_r1_jax.evaluation.pipeline import run  # pylint: disable=import-outside-toplevel
   try:
     run(workdir=_WORKDIR.value, hf_checkpoint=_HF.value, base_hf_checkpoint=_BASE_HF.value, step=_STEP.value,
         methods=_METHODS.value, datasets=_DATASETS.value, out_dir=_OUT_DIR.value, num_examples=_NUM_EXAMPLES.value,

@@ -2,12 +2,17 @@
 
 `agent_r1_jax.evaluate` (the CLI) and `experiments.paper_tables` call `run`; see the CLI's docstring for what
 is written where.
+
+Multi-host: every process runs `run` (the same command on every worker); the questions are split over the
+processes and their records gathered (`rollout.evaluation.evaluate_examples`), so every process holds the same
+summaries and records, and process 0 alone writes the outputs and prints the report.
 """
 
 from __future__ import annotations
 
 import pathlib
 
+import jax
 from etils import epath
 
 from agent_r1_jax import trainer
@@ -50,7 +55,7 @@ def run(*, workdir: str | None, hf_checkpoint: str | None, base_hf_checkpoint: s
   names = datasets_lib.select_datasets(c, datasets)
   task = trainer.build_task(c)
   sets = datasets_lib.load_datasets(task, names)
-  mesh = trainer.build_mesh(c)
+  mesh = evaluation_mesh(c)
   base_dir = base_hf_checkpoint
   if hf_checkpoint and not base_dir and c.model.path and pathlib.Path(c.model.path) != pathlib.Path(hf_checkpoint):
     base_dir = c.model.path
@@ -65,10 +70,24 @@ def run(*, workdir: str | None, hf_checkpoint: str | None, base_hf_checkpoint: s
   settings = {"greedy": True, "num_examples": num_examples or None, "reward_style": c.algorithm.reward_style,
               "data_source": c.data.source, "max_turns": c.rollout.max_turns,
               "max_new_tokens_per_turn": c.rollout.max_new_tokens_per_turn, "top_k": c.tool.top_k}
-  paths = report.write_outputs(out, result.summaries, result.records, policy=policy.name,
-                               base_policy=base.name if base is not None else None, settings=settings,
-                               samples_per_dataset=samples_per_dataset)
-  print(report.markdown_report(result.summaries, policy=policy.name,
-                               base_policy=base.name if base is not None else None), flush=True)
+  base_name = base.name if base is not None else None
+  if jax.process_index() != 0:
+    return report.output_paths(out)
+  paths = report.write_outputs(out, result.summaries, result.records, policy=policy.name, base_policy=base_name,
+                               settings=settings, samples_per_dataset=samples_per_dataset)
+  print(report.markdown_report(result.summaries, policy=policy.name, base_policy=base_name), flush=True)
   print(f"wrote {', '.join(str(p) for p in paths.values())}", flush=True)
   return paths
+
+
+def evaluation_mesh(c):
+  """`c.mesh`'s mesh; with several processes, one whose batch axes reach every process's devices: a mesh of
+  fixed sizes that leaves devices out (a run trained on one host, evaluated on several) gets `data = -1`."""
+  mesh = trainer.build_mesh(c)
+  if {d.process_index for d in mesh.devices.flat} == set(range(jax.process_count())):
+    return mesh
+  with c.unlocked():
+    c.mesh.data = -1
+  if jax.process_index() == 0:
+    print(f"mesh {dict(mesh.shape)} leaves processes out; evaluating with mesh.data = -1", flush=True)
+  return trainer.build_mesh(c)

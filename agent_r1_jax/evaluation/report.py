@@ -160,6 +160,13 @@ def trajectories_html(records: Mapping[str, Mapping[str, Sequence[EpisodeRecord]
           + _CSS + "</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
+def output_paths(out_dir: str | os.PathLike) -> dict[str, epath.Path]:
+  """Where `write_outputs` writes in `out_dir`: table.md, results.json, trajectories.html, records.jsonl."""
+  out = workdir_lib.workdir_path(out_dir)
+  return {"table": out / "table.md", "results": out / "results.json", "html": out / "trajectories.html",
+          "records": out / "records.jsonl"}
+
+
 def write_outputs(out_dir: str | os.PathLike, summaries: Summaries,
                   records: Mapping[str, Mapping[str, Sequence[EpisodeRecord]]], *, policy: str,
                   base_policy: str | None, settings: Mapping[str, Any], samples_per_dataset: int
@@ -168,8 +175,7 @@ def write_outputs(out_dir: str | os.PathLike, summaries: Summaries,
   directory); returns their paths."""
   out = workdir_lib.workdir_path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
-  paths = {"table": out / "table.md", "results": out / "results.json", "html": out / "trajectories.html",
-           "records": out / "records.jsonl"}
+  paths = output_paths(out)
   paths["table"].write_text(markdown_report(summaries, policy=policy, base_policy=base_policy), encoding="utf-8")
   paths["results"].write_text(json.dumps(results_json(summaries, policy=policy, base_policy=base_policy,
                                                       settings=settings), indent=2) + "\n", encoding="utf-8")
