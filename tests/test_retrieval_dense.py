@@ -233,3 +233,30 @@ def test_dense_index_from_shards_served_with_mmapped_passages(tiny_bert, tmp_pat
                            "--kind", "bm25_mmap"]) == 0
   with pytest.raises(ValueError, match="different corpus"):
     load_retriever(None, str(tmp_path / "dense"), passages=str(tmp_path / "other"))
+
+
+@pytest.mark.parametrize("kind", ["bge", "e5"])
+def test_jax_encoder_equals_the_torch_encoder(tiny_bert, kind):
+  """The JAX BERT (what a TPU slice encodes with) against transformers' PyTorch BertModel through HFEncoder: batches
+  padded in rows and to a length bucket change nothing. The bfloat16 path runs and stays close (XLA:CPU may keep
+  excess precision, so this checks the path, not the size of bfloat16 rounding on a TPU)."""
+  from agent_r1_jax.retrieval.jax_encoder import JaxBertEncoder  # pylint: disable=import-outside-toplevel
+  texts = TEXTS + [" ".join(WORDS)]
+  torch_encoder = HFEncoder(tiny_bert, kind, max_length=64, batch_size=8)
+  encoder = JaxBertEncoder(tiny_bert, kind, max_length=64, batch_size=3)
+  assert encoder.dim == 32
+  np.testing.assert_allclose(encoder.encode_passages(texts), torch_encoder.encode_passages(texts), atol=2e-5)
+  np.testing.assert_allclose(encoder.encode_queries(texts), torch_encoder.encode_queries(texts), atol=2e-5)
+  low = JaxBertEncoder(tiny_bert, kind, max_length=64, compute_dtype="bfloat16").encode_passages(texts)
+  np.testing.assert_allclose(low, torch_encoder.encode_passages(texts), atol=1e-2)
+
+
+def test_encode_shards_command_with_the_jax_backend(tiny_bert, tmp_path):
+  from agent_r1_jax.retrieval import encode_shards  # pylint: disable=import-outside-toplevel
+  corpus = _wiki_corpus(tmp_path / "corpus.jsonl", n=12)
+  assert encode_shards.main(["--corpus", str(corpus), "--out", str(tmp_path / "emb"), "--encoder", str(tiny_bert),
+                             "--backend", "jax", "--max_length", "32", "--shard_size", "5", "--batch_size", "4"]) == 0
+  embeddings, manifest = encode_shards.load_embeddings(tmp_path / "emb")
+  assert manifest["num_shards"] == 3 and manifest["settings"]["encoder"]["dtype"] == "float32"
+  expected = HFEncoder(tiny_bert, "e5", max_length=32).encode_passages([p.contents for p in load_corpus(corpus)])
+  np.testing.assert_allclose(embeddings, expected, atol=2e-5)

@@ -1,7 +1,12 @@
 """Embeds a corpus into shards that survive a kill: rerun the same command and it goes on where it stopped.
 
   python -m agent_r1_jax.retrieval.encode_shards --corpus psgs_w100.tsv --out emb/ \\
-      --encoder /models/e5-base-v2 --encoder_kind e5 --device cuda --batch_size 256 [--num_hosts 4 --host_index 0]
+      --encoder /models/e5-base-v2 --encoder_kind e5 --backend jax --compute_dtype bfloat16 --batch_size 512
+  # torch instead (a GPU host): --backend torch --device cuda; hosts split by hand: --num_hosts 4 --host_index 0
+
+With `--backend jax` (`jax_encoder.JaxBertEncoder`) each host encodes on its local accelerators; on a slice
+every host runs the same command and, when the launcher's environment asks for it (AGENT_R1_DISTRIBUTED=on,
+as launch/tpu_pod.sh sets), the host count and index come from `jax.distributed`.
 
 Shard s holds the embeddings of passages [s * shard_size, (s + 1) * shard_size) as `emb-SSSSS.npy` (float32
 [n, D]) with `emb-SSSSS.json` ({"num_passages", "corpus_hash"} of exactly those passages). A shard is
@@ -133,8 +138,17 @@ def load_embeddings(directory: str | os.PathLike[str]) -> tuple[np.ndarray, dict
   return out, manifest
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _encoder(args):
+  if args.backend == "jax":
+    from agent_r1_jax.retrieval.jax_encoder import JaxBertEncoder  # pylint: disable=import-outside-toplevel
+    return JaxBertEncoder(args.encoder, args.encoder_kind, max_length=args.max_length, batch_size=args.batch_size,
+                          compute_dtype=args.compute_dtype)
   from agent_r1_jax.retrieval.encoders import HFEncoder  # pylint: disable=import-outside-toplevel
+  return HFEncoder(args.encoder, args.encoder_kind, max_length=args.max_length, batch_size=args.batch_size,
+                   device=args.device)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--corpus", required=True, help="JSONL or DPR TSV corpus")
   parser.add_argument("--out", required=True, help="shard directory (shared by the hosts, or gathered after)")
@@ -142,14 +156,24 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--encoder_kind", choices=["bge", "e5"], default="e5")
   parser.add_argument("--max_length", type=int, default=256)
   parser.add_argument("--batch_size", type=int, default=64, help="passages per forward pass")
+  parser.add_argument("--backend", choices=["torch", "jax"], default="torch")
   parser.add_argument("--device", default="cpu", help="torch device (cuda for a GPU)")
+  parser.add_argument("--compute_dtype", choices=["float32", "bfloat16"], default="float32", help="jax matmuls")
   parser.add_argument("--shard_size", type=int, default=100_000)
-  parser.add_argument("--num_hosts", type=int, default=1)
-  parser.add_argument("--host_index", type=int, default=0)
+  parser.add_argument("--num_hosts", type=int, default=None, help="default: jax's process count (jax), else 1")
+  parser.add_argument("--host_index", type=int, default=None, help="default: jax's process index (jax), else 0")
   args = parser.parse_args(argv)
-  encoder = HFEncoder(args.encoder, args.encoder_kind, max_length=args.max_length, batch_size=args.batch_size,
-                      device=args.device)
-  info = {"path": str(pathlib.Path(args.encoder).resolve()), "kind": args.encoder_kind, "max_length": args.max_length}
+  if args.backend == "jax" and args.num_hosts is None:
+    import jax  # pylint: disable=import-outside-toplevel
+    from agent_r1_jax import distributed  # pylint: disable=import-outside-toplevel
+    distributed.maybe_initialize()
+    args.num_hosts, args.host_index = jax.process_count(), jax.process_index()
+  args.num_hosts = args.num_hosts or 1
+  args.host_index = args.host_index or 0
+  encoder = _encoder(args)
+  # The backend is not recorded (torch and JAX agree in float32, so hosts may differ); the matmul dtype is.
+  info = {"path": str(pathlib.Path(args.encoder).resolve()), "kind": args.encoder_kind, "max_length": args.max_length,
+          "dtype": args.compute_dtype if args.backend == "jax" else "float32"}
   manifest = encode_corpus(args.corpus, args.out, encoder, shard_size=args.shard_size, num_hosts=args.num_hosts,
                            host_index=args.host_index, encoder_info=info)
   print(f"embedded {manifest['num_passages']} passages into {manifest['num_shards']} shards in {args.out}")
