@@ -37,19 +37,26 @@ per-run "EM avg." figures its results.json holds (no run, evaluation or record i
 curves need the runs, is left as it is): results.json of older code regenerated with these intervals. A finished seed run (its `summary.json`) or evaluation (its `results.json`) is
 reused, so an interrupted table resumes where it stopped, and raising `--seeds` trains only the new seeds. DIR may
 be a Cloud Storage directory (`gs://bucket/tables`), like any run's workdir.
+
+Multi-host: launch the same command on every worker (`AGENT_R1_DISTRIBUTED=on`, a workdir every worker reaches,
+e.g. gs://, and a mesh over all of them, `--config.mesh.fsdp=-1`); every process trains and evaluates together,
+takes process 0's reading of what is finished and of every evaluation's figures, and process 0 alone writes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import sys
 import time
 from typing import Any, Mapping, Sequence
 
-import jax
+if __name__ == "__main__":  # the CLI: join a multi-host run before the imports below start a JAX backend (bm25s)
+  from agent_r1_jax import distributed  # pylint: disable=g-import-not-at-top
+  distributed.maybe_initialize()
+
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np
 from absl import app, flags
 from etils import epath
@@ -59,8 +66,9 @@ from tqdm import tqdm
 from agent_r1_jax import paths, trainer
 from agent_r1_jax import workdir as workdir_lib
 from agent_r1_jax.evaluation import datasets as eval_datasets
-from agent_r1_jax.evaluation import pipeline
+from agent_r1_jax.evaluation.multihost import from_process_0
 from agent_r1_jax.experiments import intervals, table_layout
+from agent_r1_jax.experiments.seed_runs import evaluate_once, seed_eval, step0_sha256, train_once
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", str(paths.REPO_ROOT / "configs" / "grpo_multihopqa.py"),
@@ -142,57 +150,6 @@ def run_config(algorithm: str, preset: str, overrides: Mapping[str, Any]) -> con
   c = trainer.base_config(algorithm, preset)
   c.update_from_flattened_dict(dict(overrides))
   return c
-
-
-def params_sha256(tree: Any) -> str:
-  """SHA-256 of every array of `tree` (leaf order, dtype and bytes): equal hashes, equal parameters."""
-  digest = hashlib.sha256()
-  for leaf in jax.tree.leaves(tree):
-    array = np.asarray(leaf)
-    digest.update(str(array.dtype).encode() + str(array.shape).encode() + array.tobytes())
-  return digest.hexdigest()
-
-
-def step0_sha256(workdir: epath.Path) -> str:
-  """The hash of the actor in `workdir`'s step-0 checkpoint (the policy RL started from)."""
-  c = trainer.read_workdir_config(workdir)
-  arch = trainer.model_config(c, vocab_size=len(trainer.build_task(c).tokenizer))
-  return params_sha256(trainer.restore_actor(workdir, c, arch, trainer.build_mesh(c), step=0)[1])
-
-
-def train_once(c: config_dict.ConfigDict, workdir: epath.Path) -> dict[str, Any]:
-  """Trains `c` in `workdir` unless it finished there before; returns its wall time and whether it was reused."""
-  if (workdir / "summary.json").is_file():
-    return {"reused": True}
-  t0 = time.perf_counter()
-  result = trainer.train(c, workdir)
-  if result.preempted:
-    raise SystemExit(f"{workdir} was interrupted (SIGTERM) at step {result.step}; rerun to resume")
-  return {"reused": False, "train_seconds": time.perf_counter() - t0}
-
-
-def evaluate_once(workdir: epath.Path, out_dir: epath.Path, methods: list[str],
-                  num_examples: int) -> dict[str, Any]:
-  """`workdir`'s latest policy evaluated with `methods` (`evaluation.pipeline.run`, what `agent_r1_jax.evaluate`
-  runs) into `out_dir`, unless it holds that evaluation already; returns its {method: {dataset: summary}}."""
-  results = out_dir / "results.json"
-  if not results.is_file():
-    pipeline.run(workdir=str(workdir), hf_checkpoint=None, base_hf_checkpoint=None, step=None, methods=methods,
-                 datasets=[], out_dir=str(out_dir), num_examples=num_examples, batch_size=0, samples_per_dataset=3,
-                 seed=0)
-  return json.loads(results.read_text())["methods"]
-
-
-def read_seed_eval(out_dir: epath.Path, method: str, warmup: int, seed: int = 0) -> table_layout.SeedEval:
-  """One evaluation's summaries and per-question EM for `method`, from its results.json and records.jsonl, of a
-  run with RL seed index `seed` (or a baseline) from warm-up `warmup`."""
-  summaries = json.loads((out_dir / "results.json").read_text())["methods"][method]
-  scores = {}
-  for line in (out_dir / "records.jsonl").read_text(encoding="utf-8").splitlines():
-    record = json.loads(line)
-    if record["method"] == method:
-      scores[(record["data_source"], record["example_id"])] = float(record["scores"]["em"])
-  return table_layout.SeedEval(summaries, scores, warmup, seed)
 
 
 def seed_dirs(warmup_seeds: int, seeds: int) -> list[tuple[int, int, str]]:
@@ -293,7 +250,8 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
     raise ValueError(f"--seeds and --warmup_seeds must be >= 1, got {seeds} and {warmup_seeds}")
   specs = [s for s in RUNS if not run_names or s.name in run_names]
   root = workdir_lib.workdir_path(workdir)
-  previous = json.loads((root / "results.json").read_text()) if (root / "results.json").is_file() else {}
+  previous = from_process_0(
+      lambda: json.loads((root / "results.json").read_text()) if (root / "results.json").is_file() else {})
   shared = run_config("grpo", preset, overrides)
   base_seed, over = int(shared.seed), tuple(shared.data.average_over)
   evaluated = eval_datasets.available_datasets(shared)  # [] where the release files are prepared on first use
@@ -308,28 +266,27 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
     if warm["reused"]:
       old = [w for w in previous.get("warmups", []) if w.get("warmup") == m]
       warm.update({k: v for k, v in (old[0] if old else {}).items() if k.endswith("_seconds")})
-    out_dir = root / "eval" / "warmup" / f"seed{m}"
-    evaluate_once(warm_dir, out_dir, [method for _, _, method, _ in BASELINES], num_examples)
+    evaluation = evaluate_once(warm_dir, root / "eval" / "warmup" / f"seed{m}",
+                               [method for _, _, method, _ in BASELINES], num_examples)
     for name, _, method, _ in BASELINES:
-      baseline_evals[name].append(read_seed_eval(out_dir, method, m))
+      baseline_evals[name].append(seed_eval(evaluation, method, m))
     warmups.append({"warmup": m, **warm, "sha256": step0_sha256(warm_dir)})
 
   run_evals: dict[str, list[table_layout.SeedEval]] = {}
   seed_records: dict[str, list[dict[str, Any]]] = {}
   todo = [(s, m, k, name) for s in specs for m, k, name in seed_dirs(warmup_seeds, seeds)]
-  for spec, m, k, name in tqdm(todo, desc="seed runs", disable=not progress):
+  for spec, m, k, name in tqdm(todo, desc="seed runs", disable=not progress or jax.process_index() != 0):
     run_dir = root / "runs" / spec.name / name
     c = run_config(spec.algorithm, preset, {**CURVE_OVERRIDES, **overrides, **dict(spec.overrides),
                                             "seed": base_seed + k, "init_from": str(root / "warmup" / f"seed{m}")})
     trained = train_once(c, run_dir)
     t_eval = time.perf_counter()
-    out_dir = root / "eval" / spec.name / name
-    evaluate_once(run_dir, out_dir, ["agent"], num_examples)
+    evaluation = seed_eval(evaluate_once(run_dir, root / "eval" / spec.name / name, ["agent"], num_examples),
+                           "agent", m, k)
     timing = {"eval_seconds": time.perf_counter() - t_eval, **trained}
     if trained["reused"]:  # the times of the invocation that did the work
       old = [r for r in previous.get("runs", {}).get(spec.name, {}).get("seeds", []) if r.get("dir") == name]
       timing.update({key: v for key, v in (old[0] if old else {}).items() if key.endswith("_seconds")})
-    evaluation = read_seed_eval(out_dir, "agent", m, k)
     run_evals.setdefault(spec.name, []).append(evaluation)
     start = step0_sha256(run_dir)
     seed_records.setdefault(spec.name, []).append({
@@ -355,6 +312,8 @@ def run_tables(workdir: str | os.PathLike, *, preset: str, overrides: Mapping[st
         "table4": table_layout.row_stats(run_evals[spec.name], head, over) if spec.group else None,
         "seeds": seed_records[spec.name]}
   results["wall_seconds"] = time.perf_counter() - t0
+  if jax.process_index() != 0:
+    return results
   write_tables(root, results, specs)
   curves = [(s.label, s.table == 3, [_curve(root / "runs" / s.name / name, over) for _, _, name in
                                      seed_dirs(warmup_seeds, seeds)]) for s in specs]
@@ -374,7 +333,8 @@ def main(argv: list[str]) -> None:
   flag_config = _CONFIG.value
   try:
     if _RETABULATE.value:
-      retabulate(_WORKDIR.value)
+      if jax.process_index() == 0:  # file work alone: one writer
+        retabulate(_WORKDIR.value)
     else:
       run_tables(_WORKDIR.value, preset=flag_config.preset, overrides=user_overrides(sys.argv[1:], flag_config),
                  run_names=_RUNS.value, num_examples=_NUM_EXAMPLES.value, seeds=_SEEDS.value,
@@ -382,7 +342,8 @@ def main(argv: list[str]) -> None:
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  print((workdir_lib.workdir_path(_WORKDIR.value) / "table3.md").read_text())
+  if jax.process_index() == 0:
+    print((workdir_lib.workdir_path(_WORKDIR.value) / "table3.md").read_text())
 
 
 if __name__ == "__main__":
