@@ -21,6 +21,9 @@ Environment read here (the launch scripts in `launch/` set it):
                                    `jax.distributed.initialize()` with no arguments, which on a Cloud TPU VM
                                    pod reads the slice's topology from the metadata server.
                              off   never initialize (one process, whatever else is set).
+  AGENT_R1_HEARTBEAT_TIMEOUT_S  optional, seconds without a heartbeat after which the coordinator declares a
+                           process dead and every other process stops (jax.distributed's heartbeat_timeout_seconds,
+                           default 100): how long the survivors of a dead process wait before they exit.
 
 With explicit variables, JAX's own cluster detection is switched off, so a process sees all of its local
 devices (under Slurm, JAX would otherwise restrict each process to the one GPU numbered `SLURM_LOCALID`).
@@ -38,6 +41,7 @@ from typing import Mapping
 import jax
 
 MODE_VARIABLE = "AGENT_R1_DISTRIBUTED"
+HEARTBEAT_VARIABLE = "AGENT_R1_HEARTBEAT_TIMEOUT_S"
 MODES = ("auto", "on", "off")
 _EXPLICIT = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 # What jax.distributed's Slurm detection needs (jax/_src/clusters/slurm_cluster.py).
@@ -155,6 +159,11 @@ def maybe_initialize(environ: Mapping[str, str] | None = None, *, initialization
                   process_id=plan.process_id, cluster_detection_method="deactivate")
   else:
     kwargs = {}
+  if environ.get(HEARTBEAT_VARIABLE):
+    heartbeat = _int_variable(environ, HEARTBEAT_VARIABLE)
+    if heartbeat < 1:
+      raise ValueError(f"{HEARTBEAT_VARIABLE}={heartbeat} must be >= 1 (seconds)")
+    kwargs["heartbeat_timeout_seconds"] = heartbeat
   logger.info("jax.distributed.initialize: %s", plan)
   try:
     jax.distributed.initialize(initialization_timeout=initialization_timeout, **kwargs)
