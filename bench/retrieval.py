@@ -19,8 +19,12 @@ Synthetic passages: a title of 1-4 rare words and 100 words whose ranks follow a
 p(r) ~ (r + 0.8)^-1.05 over 2M words, the 33 most frequent being bm25s's English stop words; 17% of the words
 repeat the passage's own topic words (title + 2), as real passages repeat their subject. This gives ~72
 tokens and ~57 distinct terms per passage after stop words (printed; the wiki18 sample in shared data has
-71.0 and 57.2). Queries: 4-8 words of a random passage. The page cache is warm (the index was just written).
-Nothing is asserted; every figure is printed with the machine that produced it.
+71.0 and 57.2). Queries: "questions" have the document-frequency profile of real multi-hop questions (HotpotQA,
+2Wiki, MuSiQue dev questions from shared data, each term's df measured on the wiki18 sample, then a synthetic
+term of about the same df fraction drawn for it): ~0.4 N postings per question, as words like "who",
+"first", "he" are no stop words; "keywords" are 4-8 words of a random passage (~0.05 N). Both are timed in
+process, exhaustive (every posting) and pruned (the default, exact); questions over HTTP. The page cache is
+warm (the index was just written). Nothing is asserted; every figure is printed with the machine it ran on.
 """
 
 from __future__ import annotations
@@ -90,6 +94,52 @@ def write_corpus(path: pathlib.Path, n: int, num_queries: int, seed: int = 0) ->
       f.write("\n".join(lines) + "\n")
   rng.shuffle(queries)
   return queries
+
+
+QUESTION_FILES = ("hotpotqa/r1searcher_hotpotqa_dev_500_qa.jsonl", "2wikimultihopqa/r1searcher_2wiki_dev_500_qa.jsonl",
+                  "musique/r1searcher_musique_dev_500_qa.jsonl")
+
+
+def question_profiles() -> list[list[float]] | None:
+  """Per question, the df fraction of each of its terms on the wiki18 sample (None without the shared data);
+  a term the 1000-passage sample lacks gets -1 (rare: df fraction below 1e-3)."""
+  import re  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax import paths  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.retrieval import load_corpus  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.retrieval.bm25_build import TOKEN_PATTERN, stopword_list  # pylint: disable=import-outside-toplevel
+  root = paths.shared_data_dir()
+  files = [root / "wiki_corpus" / "flashrag_wiki18_sample_1000.jsonl"] + [root / f for f in QUESTION_FILES]
+  if not all(f.is_file() for f in files):
+    return None
+  stop = set(stopword_list("en"))
+  split = re.compile(TOKEN_PATTERN).findall
+  sample = load_corpus(files[0])
+  df: dict[str, int] = {}
+  for p in sample:
+    for w in set(split(f"{p.title} {p.text}".lower())) - stop:
+      df[w] = df.get(w, 0) + 1
+  questions = [json.loads(line)["question"] for f in files[1:] for line in f.read_text().splitlines() if line.strip()]
+  return [[df.get(w, 0) / len(sample) or -1.0 for w in split(q.lower()) if w not in stop] for q in questions]
+
+
+def profile_queries(index_dir: pathlib.Path, profiles: list[list[float]], n: int, rng) -> list[str]:
+  """Queries whose terms have the df fractions of `profiles` in this index (see the module docstring)."""
+  indptr = np.load(index_dir / "indptr.npy")
+  offsets = np.load(index_dir / "vocab_offsets.npy")
+  vocab = (index_dir / "vocab.bin").read_bytes()
+  fraction = np.diff(indptr) / json.loads((index_dir / "agent_r1_bm25_mmap.json").read_text())["num_passages"]
+  order = np.argsort(fraction, kind="stable")
+  by_fraction = fraction[order]
+  out = []
+  for i in rng.integers(0, len(profiles), size=n):
+    terms = []
+    for f in profiles[i]:
+      f = f if f > 0 else 10 ** rng.uniform(np.log10(by_fraction[0]), -3)
+      at = min(int(np.searchsorted(by_fraction, f)) + int(rng.integers(-20, 21)), len(order) - 1)
+      t = int(order[max(at, 0)])
+      terms.append(vocab[offsets[t]:offsets[t + 1]].decode())
+    out.append(" ".join(terms))
+  return out
 
 
 def corpus_stats(index_dir: pathlib.Path) -> str:
@@ -208,17 +258,30 @@ def bench_bm25(args, n: int, work: pathlib.Path) -> dict:
   print("index on disk: " + ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in size.items())
         + f" ({size['total'] / n:.0f} bytes per passage)")
 
-  index = MmapBM25Index(index_dir)
+  profiles = question_profiles()
+  keywords = queries
+  if profiles:
+    queries = profile_queries(index_dir, profiles, len(keywords), np.random.default_rng(args.seed + 1))
+  else:
+    print("questions: shared data not found, the question runs use keyword queries")
   single = queries[:args.single_queries]
-  index.search(single[:20], args.top_k)
-  t = time.perf_counter()
-  for q in single:
-    index.search([q], args.top_k)
-  in_process = len(single) / (time.perf_counter() - t)
-  touched = np.mean([sum(int(index._indptr[i + 1] - index._indptr[i]) for i in index.query_token_ids(q)) for q in single])
-  del index
-  print(f"in process, one thread, one query per call    : {in_process:9.1f} q/s (baseline; {touched:,.0f} postings "
-        "per query)")
+  in_process = {}
+  for name, qs in (("questions", single), ("keywords", keywords[:args.single_queries])):
+    for prune in (False, True):
+      index = MmapBM25Index(index_dir, prune=prune)
+      index.search(qs[:20], args.top_k)
+      index.postings_scanned = 0
+      t = time.perf_counter()
+      for q in qs:
+        index.search([q], args.top_k)
+      in_process[name, prune] = len(qs) / (time.perf_counter() - t)
+      scanned = index.postings_scanned / len(qs)
+      del index
+      label = f"in process, {name}, {'pruned' if prune else 'exhaustive'}"
+      ratio = (f"{in_process[name, True] / in_process[name, False]:.2f}x exhaustive" if prune else "baseline")
+      print(f"{label:<46}: {in_process[name, prune]:9.1f} q/s ({ratio}; {scanned:,.0f} postings read per query, "
+            f"{scanned / n:.3f} N)")
+  in_process = in_process["questions", True]
 
   proc, url = start_server(index_dir, args.workers)
   try:
@@ -232,6 +295,7 @@ def bench_bm25(args, n: int, work: pathlib.Path) -> dict:
   finally:
     proc.terminate()
     proc.wait(timeout=60)
+  print("HTTP: questions, pruned search")
   label = f"HTTP, one query per request, {args.clients} clients"
   print(f"{'HTTP, one query per request, 1 client':<46}: {one_client[0]:9.1f} q/s ({one_client[0] / in_process:.2f}x "
         f"in-process), latency p50 {one_client[1]:.1f} ms, p95 {one_client[2]:.1f} ms")

@@ -205,3 +205,26 @@ def test_top_k_with_copies_matches_a_plain_sort():
     got_docs, got_scores = bm25_scoring.top_k(docs, score_of[docs], k, copies=copies)
     expected = sorted({int(d) for d in docs if score_of[d] > 0}, key=lambda d: (-score_of[d], d))[:k]
     assert got_docs.tolist() == expected and got_scores.tolist() == score_of[expected].tolist()
+
+
+def test_pruned_search_equals_exhaustive_and_skips_common_postings(tmp_path):
+  """Question-like queries (rare, middling and common words) on 3000 Zipf passages: the pruned search returns
+  exactly the exhaustive search's (and BM25Index's) hits and scores while reading a fraction of the postings."""
+  rng = np.random.default_rng(3)
+  ranks = np.minimum(rng.zipf(1.2, size=(3000, 60)) - 1, 20_000)
+  passages = [Passage(str(i), f"T{i % 50}", " ".join(f"w{r}" for r in row)) for i, row in enumerate(ranks)]
+  build_mmap_bm25(passages, tmp_path, chunk_size=700, show_progress=False)
+  queries = []
+  for i in range(150):
+    common = [f"w{r}" for r in rng.integers(0, 6, size=int(rng.integers(1, 5)))]
+    middling = [f"w{r}" for r in rng.integers(6, 300, size=int(rng.integers(0, 4)))]
+    rare = [f"w{r}" for r in ranks[rng.integers(0, 3000)][rng.integers(0, 60, size=int(rng.integers(0, 3)))]]
+    queries.append(" ".join(rng.permutation(common + middling + rare)))
+  pruned, exhaustive = MmapBM25Index(tmp_path), MmapBM25Index(tmp_path, prune=False)
+  reference = BM25Index(passages)
+  for k in (1, 5, 20):
+    expected = reference.search(queries, k)
+    assert exhaustive.search(queries, k) == expected
+    assert pruned.search(queries, k) == expected
+  assert pruned.postings_scanned < 0.5 * exhaustive.postings_scanned, (pruned.postings_scanned,
+                                                                       exhaustive.postings_scanned)

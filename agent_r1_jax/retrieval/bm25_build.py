@@ -18,6 +18,7 @@ Two passes, memory bounded by the chunk and the vocabulary, never by the corpus:
 Output directory (all arrays `.npy`, loaded with `mmap_mode="r"` by `MmapBM25Index`):
 
   indptr int64 [V + 1], indices int32 [P], data float32 [P]   S^T in CSR (= S [N, V] in CSC, as bm25s)
+  max_weight float32 [V]                                        u(t) = max_d s(d, t), for pruned search
   vocab.bin, vocab_offsets int64 [V + 1]                       sorted terms, UTF-8, back to back
   doc_lengths int32 [N]                                        |d| after stop words (>= 1)
   passages.bin, passage_offsets.npy                            the `PassageStore`
@@ -76,6 +77,18 @@ class _Postings:
     finally:
       for f in readers.values():
         f.close()
+
+
+def _column_max(data: np.ndarray, indptr: np.ndarray, block: int = 1 << 26) -> np.ndarray:
+  """max of each column's weights (every column is non-empty), about `block` postings read at a time."""
+  out = np.empty(len(indptr) - 1, np.float32)
+  first = 0
+  while first < len(out):
+    last = max(first + 1, int(np.searchsorted(indptr, indptr[first] + block, side="right")) - 1)
+    last = min(last, len(out))
+    out[first:last] = np.maximum.reduceat(data[indptr[first]:indptr[last]], indptr[first:last] - indptr[first])
+    first = last
+  return out
 
 
 def _chunks(passages: Iterable[Passage], size: int):
@@ -182,6 +195,7 @@ def build_mmap_bm25(corpus: str | pathlib.Path | Iterable[Passage], out_dir: str
   assert (heads == indptr[1:]).all(), "postings do not fill their columns exactly"
   data.flush()
   indices.flush()
+  np.save(out / "max_weight.npy", _column_max(data, indptr))
   del data, indices
   np.save(out / "indptr.npy", indptr)
   shutil.rmtree(out / "tmp_postings")
