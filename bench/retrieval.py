@@ -14,6 +14,7 @@ Dense, at `--dense` passages: random unit vectors of `--dim` (768 = e5-base) ind
 reorder copy (sizing, not recall: random vectors are no test of recall), build time and peak RSS, bytes on
 disk, RSS of the loaded index, queries/s one at a time and batched against exact numpy search; then the
 rate of an e5-base-shaped query encoder (BERT-base, random weights) on this CPU, which a dense server adds.
+The ScaNN build peaks at ~3.4 times its float32 input (measured at 100k-500k), ~10 GiB at the default 1M x 768.
 
 Synthetic passages: a title of 1-4 rare words and 100 words whose ranks follow a Zipf-Mandelbrot law
 p(r) ~ (r + 0.8)^-1.05 over 2M words, the 33 most frequent being bm25s's English stop words; 17% of the words
@@ -178,7 +179,8 @@ def memory(pid: int) -> str:
     rss, pss = rss + info.rss, pss + info.pss
     with open(f"/proc/{p.pid}/status", encoding="ascii") as f:
       anon += next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon:"))
-  return f"RSS {rss / 2**30:.2f} GiB, PSS {pss / 2**30:.2f} GiB, anonymous {anon / 2**30:.2f} GiB ({len(procs)} processes)"
+  return (f"RSS {rss / 2**30:.2f} GiB, PSS {pss / 2**30:.2f} GiB, anonymous {anon / 2**30:.2f} GiB "
+          f"({len(procs)} processes)")
 
 
 def free_port() -> int:
@@ -246,7 +248,7 @@ def http_load(url: str, queries: list[str], clients: int, batch: int, top_k: int
 
 def bench_bm25(args, n: int, work: pathlib.Path) -> dict:
   from agent_r1_jax.retrieval.bm25_mmap import MmapBM25Index  # pylint: disable=import-outside-toplevel
-  print(f"\n== BM25 (memory-mapped), {n} passages")
+  print(f"\n== BM25 (memory-mapped), {n} passages (load average {os.getloadavg()[0]:.2f})")
   corpus, index_dir = work / f"corpus_{n}.jsonl", work / f"bm25_{n}"
   t = time.perf_counter()
   queries = write_corpus(corpus, n, args.queries, seed=args.seed)
@@ -304,7 +306,7 @@ def bench_bm25(args, n: int, work: pathlib.Path) -> dict:
   label = f"HTTP, batches of {args.batch}, {args.clients} clients"
   print(f"{label:<46}: {batched[0]:9.1f} q/s ({batched[0] / singles[0]:.2f}x one per request), latency p50 "
         f"{batched[1]:.1f} ms per batch")
-  print(f"server after {2 * len(queries) + len(single) + 50} queries: {after}")
+  print(f"server after {2 * len(queries) + len(single) + 50} queries: {after}; load average {os.getloadavg()[0]:.2f}")
   if not args.keep:
     shutil.rmtree(index_dir)
   return {"n": n, "build_s": seconds, "peak": peak, "bytes": size["total"], "loaded": loaded, "after": after,
@@ -341,7 +343,8 @@ def rate(fn, n: int, repeats: int = 2) -> float:
 def bench_dense(args, work: pathlib.Path) -> None:
   from agent_r1_jax.retrieval.scann_index import ScannConfig, ScannIndex  # pylint: disable=import-outside-toplevel
   n, d = args.dense, args.dim
-  print(f"\n== ScaNN (int8 reorder), {n} x {d} random unit vectors (sizing, not recall), top-{args.top_k}")
+  print(f"\n== ScaNN (int8 reorder), {n} x {d} random unit vectors (sizing, not recall), top-{args.top_k} "
+        f"(load average {os.getloadavg()[0]:.2f})")
   rng = np.random.default_rng(args.seed)
   x = np.empty((n, d), np.float32)
   for s in range(0, n, 100_000):

@@ -75,7 +75,8 @@ def test_weights_equal_bm25s_bit_for_bit(corpus_file, built):
     r = reference._vocab[term]
     np.testing.assert_array_equal(index._indices[index._indptr[i]:index._indptr[i + 1]],
                                   s.indices[s.indptr[r]:s.indptr[r + 1]])
-    np.testing.assert_array_equal(index._data[index._indptr[i]:index._indptr[i + 1]], s.data[s.indptr[r]:s.indptr[r + 1]])
+    np.testing.assert_array_equal(index._data[index._indptr[i]:index._indptr[i + 1]],
+                                  s.data[s.indptr[r]:s.indptr[r + 1]])
   assert terms == sorted(terms, key=lambda t: t.encode())  # the vocabulary is searched by bisection
 
 

@@ -165,7 +165,8 @@ def test_sharded_encoding_resumes_after_a_kill(tiny_bert, tmp_path):
   give them too."""
   import subprocess  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel
-  from agent_r1_jax.retrieval.encode_shards import encode_corpus, load_embeddings  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.retrieval.encode_shards import (  # pylint: disable=import-outside-toplevel
+      encode_corpus, load_embeddings)
   corpus = _wiki_corpus(tmp_path / "corpus.jsonl")
   encoder = HFEncoder(tiny_bert, "e5", max_length=32, batch_size=4)
   options = dict(shard_size=5, encode_batch=2, encoder_info={"kind": "e5"}, show_progress=False)

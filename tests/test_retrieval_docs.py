@@ -70,9 +70,10 @@ def test_the_page_runs_at_tiny_scale(tiny_bert, tmp_path):  # noqa: F811
   (bin_dir / "python").chmod(0o755)
   passages = _passages()
   _write_tsv(tmp_path / "psgs_w100.tsv", passages)
-  env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", JAX_PLATFORMS="cpu", WIKI=str(tmp_path / "psgs_w100.tsv"),
-             BM25=str(tmp_path / "bm25"), E5=str(tiny_bert), EMB=str(tmp_path / "emb"), DENSE=str(tmp_path / "dense"),
-             PORT=str(_free_port()), DENSE_PORT=str(_free_port()))
+  env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", JAX_PLATFORMS="cpu",
+             WIKI=str(tmp_path / "psgs_w100.tsv"), BM25=str(tmp_path / "bm25"), E5=str(tiny_bert),
+             EMB=str(tmp_path / "emb"), DENSE=str(tmp_path / "dense"), PORT=str(_free_port()),
+             DENSE_PORT=str(_free_port()))
   servers = []
   try:
     for block in command_blocks():
@@ -96,7 +97,8 @@ def test_the_page_runs_at_tiny_scale(tiny_bert, tmp_path):  # noqa: F811
         continue
       proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=REPO, env=env, capture_output=True,
                             text=True, timeout=900, check=False)
-      assert proc.returncode == 0, f"{block}\n--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}"
+      assert proc.returncode == 0, (f"{block}\n--- stdout ---\n{proc.stdout[-3000:]}\n"
+                                    f"--- stderr ---\n{proc.stderr[-3000:]}")
     assert len(servers) == 2
     query = ["who wrote the iliad homer greek poem"]
     bm25 = HttpRetriever(f"http://127.0.0.1:{env['PORT']}").search(query, 5)

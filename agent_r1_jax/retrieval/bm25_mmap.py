@@ -3,25 +3,26 @@
 score(d, q) = sum_{t in q} s(d, t), with s the precomputed weights of S^T (CSR: `indptr`, `indices`,
 `data`; each column's documents increasing) and u(t) = max_d s(d, t) stored per term (`max_weight`).
 
-Exhaustive (`prune=False`): each query term's posting list is added into a dense float64 accumulator
-acc [N] (acc[docs(t)] += s(docs(t), t)), in query order; the touched entries give the top k
-(`bm25_scoring.top_k`) and are zeroed again. O(P) in the postings P the query touches.
-
-Pruned (default; exact, "term at a time, quit and continue"): terms are taken rarest first. Before
-term j, with theta the k-th best partial score so far and R = sum of u over terms j.., a document not
-yet touched scores at most R; once R < theta (with a 1e-6 relative margin, far above float rounding)
+Candidates are gathered in a dense float32 accumulator acc [N], term by term (acc[docs(t)] +=
+s(docs(t), t); a posting list names each document once), keeping the k best documents so far (the
+new k best are among the old ones and the term's documents, so theta, the k-th best partial score, is
+exact at every step). Exhaustive (`prune=False`): every posting of every query term is added.
+Pruned (default; exact, "term at a time, quit and continue"): terms are taken rarest first; with R the
+sum of u over the terms not yet added, a document not yet touched scores at most R, so once R < theta
 no new document can enter the top k. The candidates C are then the touched documents whose partial
 score + R reaches theta, and when they are few (16 |C| < the postings left) the remaining (common,
 long) posting lists are only probed for them by binary search, O(|C| log P_t) instead of O(P_t),
 dropping a candidate whose partial score + R falls below theta. Question-like queries touch ~0.4 N
 postings (common words: "who", "first", "he"); this scans a part of them.
 
-Either way the final candidates (all documents within the margin of the k-th score) are rescored term
-by term in query order in float64 and cast to float32, the order and precision of `BM25Index.search`:
-both return the same hits with the same scores.
+Comparisons carry a relative margin of 2e-4, above the float32 accumulation error of any query the
+server admits (at most ~1,400 terms, each adding at most 2^-24 relative). The final candidates (all
+documents within the margin of the k-th score) are rescored term by term in query order in float64
+and cast to float32, the order and precision of `BM25Index.search`: both return the same hits with
+the same scores.
 
 Resident memory: the pages of the postings, vocabulary and passages that queries touch (shared page
-cache, so several server processes on one host share them), plus one accumulator (8 N bytes: 168 MB at
+cache, so several server processes on one host share them), plus one accumulator (4 N bytes: 84 MB at
 21M passages) per search running at once; at most `max_concurrent_searches` exist per process (a
 further search waits for one).
 """
@@ -49,21 +50,7 @@ from agent_r1_jax.retrieval.passage_store import PassageStore
 
 
 _PROBE_COST = 16  # a binary-search probe against a scanned posting, in time
-
-
-def _kth_largest(values: np.ndarray, k: int) -> float:
-  """The k-th largest entry of `values` (0 when there are fewer)."""
-  return float(np.partition(values, len(values) - k)[len(values) - k]) if len(values) >= k else 0.0
-
-
-def _kth_best(docs: np.ndarray, scores: np.ndarray, k: int, copies: int) -> float:
-  """The k-th best score among distinct documents, each listed at most `copies` times with its score: the best
-  k * copies entries name at least k documents, the best k of them among them (0 when there are fewer)."""
-  if len(scores) > k * copies:
-    top = np.argpartition(scores, len(scores) - k * copies)[len(scores) - k * copies:]
-    docs, scores = docs[top], scores[top]
-  _, first = np.unique(docs, return_index=True)
-  return _kth_largest(scores[first], k)
+_MARGIN = 2e-4
 
 
 class _SortedTerms:
@@ -138,7 +125,7 @@ class MmapBM25Index:
     with self._lock:
       if self._created < self._max_accumulators:
         self._created += 1
-        return np.zeros(len(self), np.float64)
+        return np.zeros(len(self), np.float32)
     return self._accumulators.get()
 
   def top_docs(self, token_ids: Sequence[int], top_k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -149,15 +136,7 @@ class MmapBM25Index:
     acc = self._take_accumulator()
     touched: list[np.ndarray] = []
     try:
-      if not self.prune:
-        for t in terms:
-          docs = np.asarray(self._indices[self._indptr[t]:self._indptr[t + 1]])
-          acc[docs] += self._data[self._indptr[t]:self._indptr[t + 1]]
-          touched.append(docs)
-        docs = np.concatenate(touched)
-        self.postings_scanned += len(docs)
-        return bm25_scoring.top_k(docs, acc[docs].astype(np.float32), top_k, copies=len(terms))
-      candidates = self._pruned_candidates(terms, acc, top_k, touched)
+      candidates = self._candidates(terms, acc, top_k, touched)
       return bm25_scoring.top_k(candidates, self._rescore(terms, candidates).astype(np.float32), top_k)
     finally:
       for docs in touched:
@@ -172,43 +151,49 @@ class MmapBM25Index:
     hit = column[pos] == docs
     return hit, self._data[start + pos[hit]]
 
-  def _pruned_candidates(self, terms: list[int], acc: np.ndarray, k: int, touched: list[np.ndarray]) -> np.ndarray:
+  def _candidates(self, terms: list[int], acc: np.ndarray, k: int, touched: list[np.ndarray]) -> np.ndarray:
     """Sorted documents that may be in the top k (see the module docstring); `touched` collects what acc holds."""
-    margin = 1.0 - 1e-6
-    order = sorted(terms, key=lambda t: int(self._indptr[t + 1] - self._indptr[t]))
+    keep = 1.0 - _MARGIN
+    order = sorted(terms, key=lambda t: int(self._indptr[t + 1] - self._indptr[t])) if self.prune else terms
     bounds = self._max_weight[order].astype(np.float64)
     remaining = np.concatenate([np.cumsum(bounds[::-1])[::-1], [0.0]])  # remaining[j] = sum of u over terms j..
     lengths = np.array([self._indptr[t + 1] - self._indptr[t] for t in order], np.int64)
     postings_left = np.cumsum(lengths[::-1])[::-1]
+    best = np.zeros(0, np.int64)  # the k best documents so far
     candidates = None
     for j, t in enumerate(order):
-      # theta <= the sum of the bounds so far: only then can the remaining bound fall below it.
-      if candidates is None and touched and remaining[j] < (remaining[0] - remaining[j]) * margin:
+      theta = float(acc[best].min()) if len(best) == k else 0.0
+      if self.prune and candidates is None and remaining[j] < theta * keep:
         docs = np.concatenate(touched)
-        scores = acc[docs]
-        theta = _kth_best(docs, scores, k, j)
-        if remaining[j] < theta * margin:
-          keep = scores + remaining[j] >= theta * margin
-          # Probing costs ~ log2(P) per candidate and posting list: worth it only for few candidates.
-          if np.count_nonzero(keep) * _PROBE_COST < postings_left[j]:
-            candidates = np.unique(docs[keep])
+        survive = acc[docs] + remaining[j] >= theta * keep
+        # Probing costs ~ log2(P) per candidate and posting list: worth it only for few candidates.
+        if np.count_nonzero(survive) * _PROBE_COST < postings_left[j]:
+          candidates = np.unique(docs[survive])
       if candidates is None:
         start, end = int(self._indptr[t]), int(self._indptr[t + 1])
         docs = np.asarray(self._indices[start:end])
         acc[docs] += self._data[start:end]
         touched.append(docs)
         self.postings_scanned += len(docs)
+        if self.prune:  # the k best now are among the k best before and this term's documents (unique, sorted)
+          pos = np.minimum(np.searchsorted(docs, best), len(docs) - 1)
+          pool = np.concatenate([best[docs[pos] != best], docs])
+          best = pool[np.argpartition(acc[pool], len(pool) - k)[len(pool) - k:]] if len(pool) > k else pool
         continue
       hit, weights = self._probe(t, candidates)
       acc[candidates[hit]] += weights
       scores = acc[candidates]
-      candidates = candidates[scores + remaining[j + 1] >= _kth_largest(scores, k) * margin]
+      theta = float(np.partition(scores, len(scores) - k)[len(scores) - k]) if len(scores) > k else 0.0
+      candidates = candidates[scores + remaining[j + 1] >= theta * keep]
     if candidates is None:
       docs = np.concatenate(touched)
       scores = acc[docs]
-      return np.unique(docs[scores >= _kth_best(docs, scores, k, len(order)) * margin])
+      cut = k * len(order)  # a document appears once per term: the (k T)-th entry bounds the k-th best below
+      theta = float(np.partition(scores, len(scores) - cut)[len(scores) - cut]) if len(scores) >= cut else 0.0
+      return np.unique(docs[scores >= max(theta, float(acc[best].min()) if len(best) == k else 0.0) * keep])
     scores = acc[candidates]
-    return candidates[scores >= _kth_largest(scores, k) * margin]
+    theta = float(np.partition(scores, len(scores) - k)[len(scores) - k]) if len(scores) > k else 0.0
+    return candidates[scores >= theta * keep]
 
   def _rescore(self, terms: list[int], docs: np.ndarray) -> np.ndarray:
     """float64 scores of sorted `docs`, summed term by term in query order (as `BM25Index.search` sums)."""

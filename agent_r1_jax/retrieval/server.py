@@ -167,7 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ[_ARGS_ENV] = json.dumps(list(sys.argv[1:] if argv is None else argv))
     print(f"serving the index in {args.index or args.corpus} from {args.workers} processes on "
           f"http://{args.host}:{args.port}", flush=True)
-    uvicorn.run("agent_r1_jax.retrieval.server:app_from_environment", factory=True, host=args.host, port=args.port, workers=args.workers, log_level="warning")
+    uvicorn.run("agent_r1_jax.retrieval.server:app_from_environment", factory=True, host=args.host, port=args.port,
+                workers=args.workers, log_level="warning")
     return 0
   app, kind, n = _app(args)
   print(f"serving {kind} retrieval over {n} passages on http://{args.host}:{args.port}", flush=True)
