@@ -39,13 +39,8 @@ def worker_env(process_id: int, num_processes: int, port: int) -> dict[str, str]
   return env
 
 
-def run_workers(script: str, out_dir: pathlib.Path, *, num_processes: int, timeout_s: float) -> None:
-  """Runs `python script out_dir` as `num_processes` workers; asserts every one exits 0 in time."""
-  port = free_port()
-  # pylint: disable-next=consider-using-with
-  logs = [open(out_dir / f"worker_{i}.log", "w+", encoding="utf-8") for i in range(num_processes)]
-  procs = [subprocess.Popen([sys.executable, script, str(out_dir)], env=worker_env(i, num_processes, port),
-                            stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT) for i, log in enumerate(logs)]
+def wait_all(procs: list[subprocess.Popen], timeout_s: float) -> None:
+  """Waits for every process, together at most `timeout_s`; kills (and reaps) whichever is still running then."""
   deadline = time.monotonic() + timeout_s
   try:
     for p in procs:
@@ -57,6 +52,16 @@ def run_workers(script: str, out_dir: pathlib.Path, *, num_processes: int, timeo
       if p.poll() is None:
         p.kill()
         p.wait()
+
+
+def run_workers(script: str, out_dir: pathlib.Path, *, num_processes: int, timeout_s: float) -> None:
+  """Runs `python script out_dir` as `num_processes` workers; asserts every one exits 0 in time."""
+  port = free_port()
+  # pylint: disable-next=consider-using-with
+  logs = [open(out_dir / f"worker_{i}.log", "w+", encoding="utf-8") for i in range(num_processes)]
+  procs = [subprocess.Popen([sys.executable, script, str(out_dir)], env=worker_env(i, num_processes, port),
+                            stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT) for i, log in enumerate(logs)]
+  wait_all(procs, timeout_s)
   outputs = []
   for log in logs:
     log.seek(0)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import pathlib
 import re
-import shlex
 import stat
 import subprocess
 import sys
@@ -159,16 +158,23 @@ def test_extras_pin_the_accelerator_builds_of_the_pinned_jax():
   assert extras["cuda12"] == [f"jax[cuda12]=={pin}"]
 
 
-def test_tpu_pod_default_setup_installs_the_tpu_extra():
-  env = _clean_env(DRY_RUN="1", REPO_DIR="/opt/agent_r1_jax")
-  env.pop("SETUP", None)
-  result = subprocess.run(["bash", str(REPO / "launch" / "tpu_pod.sh"), "tpu", "zone", "--config=c"], env=env,
-                          capture_output=True, text=True, timeout=10)
+def test_tpu_pod_setup_installs_the_tpu_extra_unless_libtpu_is_there():
+  """`tpu_pod.sh setup` (dry run: the script it would send to every worker) installs the package with its `tpu`
+  extra, and counts a venv without libtpu as incomplete. Its Python provisioning runs in test_pod_rehearsal.py."""
+  env = _clean_env(DRY_RUN="1")
+  result = subprocess.run(["bash", str(REPO / "launch" / "tpu_pod.sh"), "setup", "tpu", "zone"], env=env,
+                          capture_output=True, text=True, timeout=30)
   assert result.returncode == 0, result.stderr
-  remote = next(a for a in shlex.split(result.stdout) if a.startswith("--command=")).split("=", 1)[1]
-  assert "source .venv/bin/activate" in remote
-  assert "python -c 'import libtpu' 2>/dev/null || python -m pip install -q -e '.[tpu]'" in remote
-  assert remote.endswith("AGENT_R1_DISTRIBUTED=on python -m agent_r1_jax.train --config=c")
+  ssh = next(line for line in result.stdout.splitlines() if " ssh " in line and "--worker=all" in line)
+  # The words bash makes of the printed command (printf %q quoting, which shlex does not read); nothing runs.
+  words = subprocess.run(["bash", "-c", 'eval "set -- $LINE"; printf "%s\\0" "$@"'], env={"LINE": ssh},
+                         capture_output=True, text=True, timeout=10, check=True).stdout.split("\0")[:-1]
+  remote = next(w for w in words if w.startswith("--command=")).split("=", 1)[1]
+  assert '-m pip install --quiet -e "$HOME/${repo}[tpu]"' in remote
+  assert 'importlib.util.find_spec("libtpu") is None' in remote
+  # Run last, with pyproject's Python range and the defaults (uv's 3.11, the installer allowed).
+  assert remote.endswith("cd; w_setup agent_r1_jax_code.tar.gz agent_r1_jax agent_r1_venv agent_r1_logs 3.11 3.14 3.11 "
+                         "1 '")
 
 
 @pytest.mark.parametrize("plugin_installed", [False, True])

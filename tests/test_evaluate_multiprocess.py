@@ -20,7 +20,6 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -44,17 +43,7 @@ def _launch_cli(workdir: pathlib.Path, out_dir: pathlib.Path, timeout_s: float) 
     with log.open("w") as f:
       procs.append(subprocess.Popen(command, env=env, stdout=f, stderr=subprocess.STDOUT,
                                     cwd=loopback_workers.REPO_ROOT))
-  deadline = time.monotonic() + timeout_s
-  try:
-    for p in procs:
-      p.wait(timeout=max(deadline - time.monotonic(), 1.0))
-  except subprocess.TimeoutExpired:
-    pass
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-        p.wait()
+  loopback_workers.wait_all(procs, timeout_s)
   texts = [log.read_text() for log in logs]
   assert [p.returncode for p in procs] == [0] * CLI_PROCESSES, "\n-----\n".join(t[-3000:] for t in texts)
   return texts
