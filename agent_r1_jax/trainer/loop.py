@@ -379,8 +379,7 @@ class RLTrainer(RolloutStepMixin):
 
 
 def prepare_config(c: config_dict.ConfigDict) -> None:
-  """Fills in, in place, the model and data paths the config names (preparing missing ones: `trainer.assets`),
-  then validates it (`trainer.config.validate`): what both training and the dry run start from."""
+  """Resolves the model and data paths (`trainer.assets`) and validates the config, in place (train, dry run)."""
   assets.resolve(c)
   config_lib.validate(c)
 
