@@ -18,12 +18,23 @@ the backward pass), and within a block the keys in blocks of C with the online s
 
 so one step holds `[B, K, G, C, C]` scores: at T = S = 8192 that is 256x less than dense. Equal to the dense
 result up to float rounding (tested).
+
+Paged (`attend_paged`, the slot engine's cache `models.paged_kv_cache`): the new tokens' keys and values are
+written into the rows' pages, then a kernel reads the pages (`models.paged_attention`: the TPU Ragged Paged
+Attention kernel, the Pallas paged decode kernels, or an XLA gather), per device: under a mesh, one `shard_map`
+over the batch devices (rows and their pages live on the same device) and, when whole KV heads divide it, the
+tensor axis.
 """
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
+
+from agent_r1_jax.models import paged_attention, paged_kv_cache
+from agent_r1_jax.models.sharding import SAMPLING_RULES, logical_to_spec
 
 NEG_INF = -1e30
 
@@ -143,3 +154,39 @@ def attend_packed(q: jax.Array, keys: jax.Array, values: jax.Array, query_slots:
   blocks = jnp.einsum("bkgts,bsc->bkgtc", e.astype(q.dtype), values, preferred_element_type=jnp.float32)
   blocks = (blocks / jnp.sum(e, axis=-1, keepdims=True)).reshape(b, k, g, t, k, d)
   return jnp.einsum("bkgtje,kj->bkgte", blocks, eye.astype(blocks.dtype)).astype(q.dtype)
+
+
+def attend_paged(q: jax.Array, keys: jax.Array, values: jax.Array, pool: tuple[jax.Array, ...], page_table: jax.Array,
+                 lengths: jax.Array, *, layout: str, backend: str, chunk: int = 0
+                 ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+  """New tokens written into a paged cache, then their attention over it: (out `[B, K, G, T, d]`, updated pool).
+
+  Args:
+    q: `[B, K, G, T, d]` queries of the rows' T new tokens (after RoPE), at positions `lengths[b] + t`.
+    keys: `[B, T, K, d]` their keys (after RoPE); values: `[B, T, K, d]`.
+    pool: one layer's page pool (`paged_kv_cache.pool_shapes`), split over the batch devices.
+    page_table: int32 `[B, n]` local page ids; lengths: int32 `[B]`, tokens before this call.
+    layout, backend: the pool's layout and the kernel that reads it (`models.paged_attention`).
+    chunk: block size of the xla path's attention (`attend`).
+  """
+  t = q.shape[3]
+
+  def local(q, keys, values, pool, page_table, lengths):
+    positions = lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+    pool = paged_kv_cache.write(pool, layout, keys, values, page_table, positions)
+    return paged_attention.attend(q, pool, layout, page_table, lengths, backend=backend, chunk=chunk), pool
+
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or math.prod(mesh.shape.values()) == 1:
+    return local(q, keys, values, pool, page_table, lengths)
+  k = q.shape[1]
+  heads = "act_kv_heads" if k % dict(mesh.shape).get("tensor", 1) == 0 else None
+  spec = lambda x, names: logical_to_spec(x.shape, names, mesh, SAMPLING_RULES)  # noqa: E731
+  pool_names = paged_kv_cache.pool_axes(layout, k, dict(mesh.shape).get("tensor", 1))
+  in_specs = (spec(q, ("batch", heads, None, None, None)), spec(keys, ("batch", None, heads, None)),
+              spec(values, ("batch", None, heads, None)), tuple(spec(a, pool_names) for a in pool),
+              spec(page_table, ("batch", None)), spec(lengths, ("batch",)))
+  out_specs = (in_specs[0], in_specs[3])
+  # Pallas kernels carry no varying-axes annotations, hence check_vma=False.
+  return jax.shard_map(local, in_specs=in_specs, out_specs=out_specs, check_vma=False)(
+      q, keys, values, pool, page_table, lengths)

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from agent_r1_jax.models.attention import attend, attend_packed
+from agent_r1_jax.models.attention import attend, attend_packed, attend_paged
 from agent_r1_jax.models.config import Qwen2Config
 from agent_r1_jax.models.sharding import constrain
 
@@ -41,6 +41,9 @@ class AttentionContext:
       it sees key slot s iff `key_valid[b, s] and s <= query_slots[b, t]` (see `models.attention`).
     key_valid: [B, S] bool, key slot holds a real token (S = cache slots, or T without a cache).
     write_slots: [B, T] int32 cache slots for the new tokens (None without a cache).
+    page_table, page_lengths: a paged cache's `[B, n]` page table and `[B]` tokens before this call (None
+      otherwise); the new tokens sit at positions `page_lengths[b] + t`.
+    paged: (layout, backend) of a paged cache (static; None otherwise), see `models.paged_kv_cache`.
   """
 
   cos: jax.Array
@@ -48,6 +51,9 @@ class AttentionContext:
   query_slots: jax.Array
   key_valid: jax.Array
   write_slots: jax.Array | None = None
+  page_table: jax.Array | None = None
+  page_lengths: jax.Array | None = None
+  paged: tuple[str, str] | None = dataclasses.field(default=None, metadata=dict(static=True))
 
 
 def rope_tables(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
@@ -130,7 +136,8 @@ class Attention(nnx.Module):
                ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
     """x `[B, T, D]` -> `[B, T, D]`; with `cache_kv` (this layer's keys and values, each `[B, S, K * hd]`,
     see `models.kv_cache`) the new keys/values are written at `ctx.write_slots`, attention reads all S
-    slots, and the updated pair is returned too."""
+    slots, and the updated pair is returned too; with a paged cache (`ctx.paged`), `cache_kv` is this layer's
+    page pool, written and read through `attention.attend_paged`, and the updated pool is returned."""
     b, t, _ = x.shape
     q = apply_rope(self._proj(x, self.q_kernel, self.q_bias), ctx.cos, ctx.sin)
     k = apply_rope(self._proj(x, self.k_kernel, self.k_bias), ctx.cos, ctx.sin)
@@ -144,7 +151,11 @@ class Attention(nnx.Module):
     # projection contracts (head, head_dim) in memory order as one [H*hd, D] matmul, so no per-step
     # transpose of the kernel or the activations.
     q = q.transpose(0, 2, 3, 1, 4)
-    if cache_kv is None:
+    if ctx.paged is not None:
+      layout, backend = ctx.paged
+      out, cache_kv = attend_paged(q, k, v, cache_kv, ctx.page_table, ctx.page_lengths, layout=layout,
+                                   backend=backend, chunk=self.attention_chunk_size)
+    elif cache_kv is None:
       out = attend(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), ctx.query_slots, ctx.key_valid,
                    chunk=self.attention_chunk_size)
     else:

@@ -14,6 +14,7 @@ token the position it would have in its row's unpadded sequence.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -22,6 +23,7 @@ from flax import nnx
 
 from agent_r1_jax.models.config import Qwen2Config
 from agent_r1_jax.models.kv_cache import KVCache, constrain_kv
+from agent_r1_jax.models.paged_kv_cache import PagedKVCache, constrain_pool
 from agent_r1_jax.models.layers import AttentionContext, DecoderBlock, RMSNorm, param, rope_tables, write_slots
 from agent_r1_jax.models.sharding import LogicalRules, constrain, constrain_state, variable_names
 
@@ -34,6 +36,13 @@ def _context(config: Qwen2Config, mask: jax.Array, cache: KVCache | None):
   b, t = mask.shape
   mask = mask.astype(jnp.int32)
   before = jnp.cumsum(mask, axis=1) - mask  # real tokens before each token within this call
+  if isinstance(cache, PagedKVCache):  # right-padded appends: token t of row b at position lengths[b] + t
+    positions = cache.lengths[:, None] + before
+    cos, sin = rope_tables(positions, config.head_dim, config.rope_theta)
+    ctx = AttentionContext(cos=cos, sin=sin, query_slots=positions, key_valid=mask.astype(bool),
+                           page_table=cache.page_table, page_lengths=cache.lengths,
+                           paged=(cache.layout, cache.backend))
+    return ctx, cache.lengths + mask.sum(axis=1)
   if cache is None:
     positions = before
     slots = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
@@ -77,8 +86,9 @@ class Qwen2Model(nnx.Module):
     self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *,
-               cache: KVCache | None = None) -> tuple[jax.Array, KVCache | None]:
-    """input_ids int `[B, T]`, attention_mask 0/1 `[B, T]` (default all ones).
+               cache: KVCache | PagedKVCache | None = None) -> tuple[jax.Array, KVCache | PagedKVCache | None]:
+    """input_ids int `[B, T]`, attention_mask 0/1 `[B, T]` (default all ones; with a `PagedKVCache`, right-padded:
+    each row's real tokens first).
 
     Returns (hidden `[B, T, D]` in compute dtype, updated cache or None).
     """
@@ -89,6 +99,12 @@ class Qwen2Model(nnx.Module):
     x = constrain(x, ("batch", "length", "act_embed"))
     if cache is None:
       return self.norm(self._blocks(x, ctx)), None
+    if isinstance(cache, PagedKVCache):
+      pools = []
+      for block, pool in zip(self.layers, cache.pools):
+        x, pool = block(x, ctx, pool)
+        pools.append(tuple(constrain_pool(a, cache.layout, self.config.num_key_value_heads) for a in pool))
+      return self.norm(x), dataclasses.replace(cache, pools=tuple(pools), lengths=meta)
     keys, values = [], []
     for i, block in enumerate(self.layers):
       x, (k, v) = block(x, ctx, (cache.k[i], cache.v[i]))

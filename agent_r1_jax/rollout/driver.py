@@ -154,9 +154,7 @@ def run_episodes(
   out = build_batch(ep, episodes, tokenizer, timer, group_offset=group_offset, ground_truths=ground_truths,
                     data_sources=data_sources)
   total = time.perf_counter() - start
-  timings = {name: timer.seconds.get(name, 0.0) for name in ("generation", "tools", "detokenize", "tokenize")}
-  timings["total"] = total
-  timings["host"] = total - timings["generation"] - timings["tools"]  # includes detokenize and tokenize
+  timings = timer.timings(total, ("generation", "tools", "detokenize", "tokenize"), blocking=("generation", "tools"))
   out.timings = timings
   return out
 

@@ -55,7 +55,7 @@ spent blocked on tool calls: tool time not hidden behind decoding; the probe cou
 agreements, waiting for the other processes included; ~0 with one process), detokenize, tokenize, host (total -
 generation - tools_blocked - sync), total. Stats: slot_occupancy (mean over the decode chunks this process ran,
 masked ones included, of the fraction of its slots decoding), decode_chunks (their number), slots (n, this
-process's slots).
+process's slots), preemptions (paged cache: episodes whose pages were taken back to let an older one go on).
 """
 
 from __future__ import annotations
@@ -75,8 +75,10 @@ from agent_r1_jax.rollout.batch import EpisodeStop, TrajectoryBatch
 from agent_r1_jax.rollout.config import RolloutConfig
 from agent_r1_jax.rollout.episode_state import EpisodeState
 from agent_r1_jax.rollout.turns import (PhaseTimer, ProcessRewardFn, append_observation, apply_step_results,
-                                        build_batch, check_and_encode, record_process_rewards, turn_budgets)
+                                        build_batch, check_and_encode, record_process_rewards, timed_batch_step,
+                                        turn_budgets)
 from agent_r1_jax.sampling import multihost
+from agent_r1_jax.sampling.paging import PagingConfig
 from agent_r1_jax.sampling.params import SamplingParams, StopReason
 from agent_r1_jax.sampling.sampler import Sampler
 from agent_r1_jax.sampling.slots import Chunk, SlotDecoder
@@ -97,12 +99,6 @@ class _ToolCall:
   slots: np.ndarray
   turn: int
   texts: list[str]
-
-
-def _timed_step(env: Any, texts: list[str]) -> tuple[Any, float]:
-  start = time.perf_counter()
-  results = env.batch_step(texts)
-  return results, time.perf_counter() - start
 
 
 class _SlotLoop:
@@ -130,6 +126,10 @@ class _SlotLoop:
     self.end_of_text = np.asarray(config.end_of_text_ids, np.int64)
     self.calls: dict[concurrent.futures.Future, _ToolCall] = {}
     self.occupancy: list[float] = []
+    self.granted = np.zeros(n, bool)  # READY slots whose append and next turn have their pages (always, dense)
+    self.admitted = np.zeros(n, np.int64)  # admission order of the episode each slot holds (oldest first)
+    self.admissions = 0
+    self.preemptions = 0
     self.state = decoder.init()
 
   def _unfinished(self) -> bool:
@@ -142,12 +142,13 @@ class _SlotLoop:
       for future in [f for f in self.calls if f.done()]:
         self._observe(future)
       self._admit()
-      ready = np.flatnonzero(self.phase == Phase.READY)
+      self._grant()
+      ready = np.flatnonzero((self.phase == Phase.READY) & self.granted)
       longest = max((len(self.pending[s]) for s in ready), default=0)
-      decoding = (self.phase == Phase.DECODE) | (self.phase == Phase.READY)  # an extend makes READY decode
+      decoding = (self.phase == Phase.DECODE) | ((self.phase == Phase.READY) & self.granted)  # extended, they decode
       with self.timer("sync"):
         extend_length, any_decode, any_left, extend_busiest, decode_busiest = (int(v) for v in multihost.agreed_max(
-            [longest, decoding.any(), self._unfinished(), self.decoder.busiest(self.phase == Phase.READY),
+            [longest, decoding.any(), self._unfinished(), self.decoder.busiest((self.phase == Phase.READY) & self.granted),
              self.decoder.busiest(decoding)]))
       if not any_left:
         return
@@ -176,20 +177,49 @@ class _SlotLoop:
       e = self.queue.popleft()
       self.phase[s], self.episode[s], self.reset[s] = Phase.READY, e, True
       self.pending[s] = self.episodes.prompts[e]
+      self.admitted[s], self.admissions = self.admissions, self.admissions + 1
+
+  def _grant(self) -> None:
+    """Paged cache: READY slots, oldest episode first, take the pages of their append and of their next turn's whole
+    budget (a turn never waits mid-way), or wait. If nothing can move (no slot decoding or granted, no tool call in
+    flight), the youngest waiting episode holding pages on the oldest's device is preempted: its pages go back and
+    its whole context is appended again (recomputed) once granted; a pool holds one full-length episode, so the
+    oldest always goes on. Dense: every READY slot is granted."""
+    ready = self.phase == Phase.READY
+    self.granted = ready.copy() if self.decoder.pages is None else self.granted & ready
+    if self.decoder.pages is None:
+      return
+    waiting = sorted(np.flatnonzero(ready & ~self.granted), key=lambda s: self.admitted[s])
+    budgets = turn_budgets(self.ep, self.config, self.episode[waiting]) if waiting else []
+    for s, budget in zip(waiting, budgets):
+      context = (0 if self.reset[s] else self.state.host_lengths[s]) + len(self.pending[s])
+      self.granted[s] = self.decoder.reserve(int(s), int(context + budget))
+    if self.granted.any() or (self.phase == Phase.DECODE).any() or self.calls or not waiting:
+      return
+    device = waiting[0] // self.decoder.slots_per_device  # the oldest waiting episode's: free pages there
+    holding = [s for s in waiting[1:] if self.decoder.pages.held[s] and s // self.decoder.slots_per_device == device]
+    if holding:
+      victim = max(holding, key=lambda s: self.admitted[s])
+      e = self.episode[victim]
+      self.decoder.trim(int(victim), 0)
+      self.reset[victim], self.preemptions = True, self.preemptions + 1
+      self.pending[victim] = list(self.episodes.prompts[e]) + self.ep.response_ids[e, :self.ep.length[e]].tolist()
+      self._grant()
 
   def _extend(self, ready: np.ndarray, extend_length: int, busiest: int) -> None:
     """Every process calls this each iteration with the agreed `extend_length`: the extend program runs on all
     of them when it is > 0 (this process's READY rows append their pending ids, its other rows nothing), on none
     when it is 0; then this process's READY slots start their turn."""
     if extend_length > 0:
+      rows = [self.pending[s] if self.granted[s] else [] for s in range(self.decoder.slots)]
       with self.timer("generation"):
-        self.state = self.decoder.extend(self.params, self.state, self.pending, self.reset,
+        self.state = self.decoder.extend(self.params, self.state, rows, self.reset & self.granted,
                                          extend_length=extend_length, busiest=busiest)
     if ready.size == 0:
       return
     for s in ready:
       self.pending[s] = []
-    self.reset[:] = False
+    self.reset[ready], self.granted[ready] = False, False
     self.remaining[ready] = turn_budgets(self.ep, self.config, self.episode[ready])
     self.fresh[ready] = True
     self.phase[ready] = Phase.DECODE
@@ -238,6 +268,8 @@ class _SlotLoop:
     eot = stopped & np.isin(tokens[np.arange(slots.size), lengths - 1], self.end_of_text)
     self.ep.finish(rows[eot], EpisodeStop.EOS)
     self.phase[slots[eot]] = Phase.FREE
+    for s in slots:  # the turn's unused pages (all of them at the episode's end) go back
+      self.decoder.trim(int(s), 0 if self.phase[s] == Phase.FREE else int(self.state.host_lengths[s]))
     slots, rows, tokens, lengths, turns = slots[~eot], rows[~eot], tokens[~eot], lengths[~eot], turns[~eot]
     if slots.size == 0:
       return
@@ -248,7 +280,7 @@ class _SlotLoop:
     for turn in np.unique(turns):
       group = np.flatnonzero(turns == turn)
       call = _ToolCall(rows[group], slots[group], int(turn), [texts[i] for i in group])
-      self.calls[self.pool.submit(_timed_step, self.env, call.texts)] = call
+      self.calls[self.pool.submit(timed_batch_step, self.env, call.texts)] = call
 
   def _observe(self, future: concurrent.futures.Future) -> None:
     """A tool call returned: the turn rules end its episodes or queue their observations for the next extend."""
@@ -269,24 +301,7 @@ class _SlotLoop:
         self.phase[s], self.pending[s] = Phase.READY, sent[int(b)]
       else:
         self.phase[s] = Phase.FREE
-
-
-def _check_processes(slots_per_device: int, decode_chunk: int, episode_offset: int, batch_size: int) -> None:
-  """One all-gather (a collective: every process calls it once per rollout, before any slot program): the processes
-  run the same slots_per_device and decode_chunk (else their programs' shapes would differ and the run hang), and
-  their episodes [episode_offset, episode_offset + B) do not overlap (else two processes would draw the same keys)."""
-  table = multihost.gather_across_processes([slots_per_device, decode_chunk, episode_offset, batch_size])
-  for column, name in ((0, "slots_per_device"), (1, "decode_chunk")):
-    if len(set(table[:, column].tolist())) > 1:
-      raise ValueError(f"every process must pass the same {name}; the processes passed {table[:, column].tolist()}")
-  spans = sorted((int(start), int(start + b), p) for p, (start, b) in enumerate(table[:, 2:]) if b > 0)
-  for (_, end, p), (start, _, q) in zip(spans, spans[1:]):
-    if start < end:
-      raise ValueError(f"processes {p} and {q} have overlapping episode ranges (episode_offset, rows per process: "
-                       f"{table[:, 2:].tolist()}): pass each process's global group_offset (or episode_offset)")
-  if spans and spans[-1][1] > np.iinfo(np.int32).max:
-    raise ValueError(f"episode numbers up to {spans[-1][1]} do not fit the int32 keys; lower group_offset or "
-                     "episode_offset")
+        self.decoder.trim(int(s), 0)
 
 
 def run_slot_episodes(
@@ -311,6 +326,7 @@ def run_slot_episodes(
     tool_workers: int = 8,
     episode_offset: int | None = None,
     tool_poll_s: float = 0.005,
+    paging: PagingConfig | None = None,
 ) -> TrajectoryBatch:
   """One multi-turn rollout through `slots_per_device` decode slots per batch device; see the module docstring.
 
@@ -330,6 +346,8 @@ def run_slot_episodes(
       it), so P processes over consecutive shares of the prompts sample what one process samples over all.
     tool_poll_s: multi-process only: when no process decodes, how long a process waits for its own tool calls
       before agreeing again with the others.
+    paging: a paged KV cache (`sampling.paging.PagingConfig`; pages per slot as its episode grows, admission to a
+      turn waiting for pages, see `_SlotLoop._grant`), or None for the dense cache (every slot at full length).
 
   Multi-process: every process calls this with the same sampler settings, slots_per_device, decode_chunk,
   sampling and rng, and its own prompts (any number; episode ranges must not overlap); see the module docstring.
@@ -338,15 +356,10 @@ def run_slot_episodes(
     The `TrajectoryBatch` of this process's B rows in row order (not slot order); `timings` and `stats` as in the
     module docstring.
   """
-  if not isinstance(tool_workers, (int, np.integer)) or tool_workers < 1:
-    raise ValueError(f"tool_workers must be a positive integer, got {tool_workers!r}")
-  if not isinstance(tool_poll_s, (int, float)) or not tool_poll_s > 0:
-    raise ValueError(f"tool_poll_s must be a positive number of seconds, got {tool_poll_s!r}")
   if episode_offset is None:
     episode_offset = group_offset * samples_per_prompt
-  if not isinstance(episode_offset, (int, np.integer)) or episode_offset < 0:
-    raise ValueError(f"episode_offset must be an integer >= 0, got {episode_offset!r}")
-  decoder = SlotDecoder(sampler, slots_per_device=slots_per_device, decode_chunk=decode_chunk)
+  validation.check_slot_arguments(tool_workers, tool_poll_s, episode_offset)
+  decoder = SlotDecoder(sampler, slots_per_device=slots_per_device, decode_chunk=decode_chunk, paging=paging)
   timer = PhaseTimer()
   start = time.perf_counter()
   episodes = check_and_encode(sampler, env, tokenizer, prompts, config, samples_per_prompt=samples_per_prompt,
@@ -359,7 +372,8 @@ def run_slot_episodes(
     probe = time.perf_counter() - probe_start
     timer.add("tools", probe)
     timer.add("tools_blocked", probe)
-  _check_processes(int(slots_per_device), decoder.decode_chunk, int(episode_offset), episodes.batch_size)
+  validation.check_slot_processes(int(slots_per_device), decoder.decode_chunk, int(episode_offset),
+                                  episodes.batch_size)
   ep = EpisodeState.create(episodes.prompt_mask, config.max_response_length, config.max_turns, episodes.pad_id)
   if prepare_params:
     with timer("generation"):
@@ -374,15 +388,12 @@ def run_slot_episodes(
         future.cancel()
   out = build_batch(ep, episodes, tokenizer, timer, group_offset=group_offset, ground_truths=ground_truths,
                     data_sources=data_sources)
-  total = time.perf_counter() - start
-  names = ("generation", "tools", "tools_blocked", "sync", "detokenize", "tokenize")
-  timings = {name: timer.seconds.get(name, 0.0) for name in names}
-  timings["total"] = total
-  # host includes detokenize and tokenize
-  timings["host"] = total - timings["generation"] - timings["tools_blocked"] - timings["sync"]
-  out.timings = timings
+  out.timings = timer.timings(time.perf_counter() - start, ("generation", "tools", "tools_blocked", "sync",
+                                                            "detokenize", "tokenize"),
+                              blocking=("generation", "tools_blocked", "sync"))
   out.stats = {"slot_occupancy": float(np.mean(loop.occupancy)) if loop.occupancy else 0.0,
-               "decode_chunks": float(len(loop.occupancy)), "slots": float(decoder.slots)}
+               "decode_chunks": float(len(loop.occupancy)), "slots": float(decoder.slots),
+               "preemptions": float(loop.preemptions)}
   return out
 
 

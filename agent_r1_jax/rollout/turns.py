@@ -41,6 +41,21 @@ class PhaseTimer:
   def add(self, name: str, seconds: float) -> None:
     self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
+  def timings(self, total: float, names: Sequence[str], blocking: Sequence[str]) -> dict[str, float]:
+    """Seconds of each phase in `names` (0 if it never ran), `total`, and host = total - the `blocking` phases (the
+    host's own work: what no phase accounts for, plus those of `names` that are not blocking)."""
+    out = {name: self.seconds.get(name, 0.0) for name in names}
+    out["total"] = total
+    out["host"] = total - sum(out[name] for name in blocking)
+    return out
+
+
+def timed_batch_step(env: Any, texts: list[str]) -> tuple[Any, float]:
+  """(env.batch_step(texts), its duration in seconds): a tool call as a thread pool runs it."""
+  start = time.perf_counter()
+  results = env.batch_step(texts)
+  return results, time.perf_counter() - start
+
 
 def encode_prompts(tokenizer: Any, prompts: Sequence[str | Sequence[int]]) -> list[list[int]]:
   """Rendered prompt strings are tokenized as they are (no extra BOS); id sequences pass through."""

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from agent_r1_jax.rollout.config import RolloutConfig
+from agent_r1_jax.sampling import multihost
 from agent_r1_jax.rollout.stop_strings import TOOL_CALL_CLOSE, TURN_END, turn_stop_strings
 
 # What the Qwen2.5 / Hermes tool format needs as single tokens: the turn framing the env writes into
@@ -131,3 +132,31 @@ def probe_env(env: Any) -> None:
     check_step_results(env.batch_step(list(_PROBE_RESPONSES)), len(_PROBE_RESPONSES))
   except TypeError as error:
     raise TypeError(f"{type(env).__name__} failed the rollout's up-front probe: {error}") from None
+
+
+def check_slot_processes(slots_per_device: int, decode_chunk: int, episode_offset: int, batch_size: int) -> None:
+  """One all-gather (a collective: every process calls it once per rollout, before any slot program): the processes
+  run the same slots_per_device and decode_chunk (else their programs' shapes would differ and the run hang), and
+  their episodes [episode_offset, episode_offset + B) do not overlap (else two processes would draw the same keys)."""
+  table = multihost.gather_across_processes([slots_per_device, decode_chunk, episode_offset, batch_size])
+  for column, name in ((0, "slots_per_device"), (1, "decode_chunk")):
+    if len(set(table[:, column].tolist())) > 1:
+      raise ValueError(f"every process must pass the same {name}; the processes passed {table[:, column].tolist()}")
+  spans = sorted((int(start), int(start + b), p) for p, (start, b) in enumerate(table[:, 2:]) if b > 0)
+  for (_, end, p), (start, _, q) in zip(spans, spans[1:]):
+    if start < end:
+      raise ValueError(f"processes {p} and {q} have overlapping episode ranges (episode_offset, rows per process: "
+                       f"{table[:, 2:].tolist()}): pass each process's global group_offset (or episode_offset)")
+  if spans and spans[-1][1] > np.iinfo(np.int32).max:
+    raise ValueError(f"episode numbers up to {spans[-1][1]} do not fit the int32 keys; lower group_offset or "
+                     "episode_offset")
+
+
+def check_slot_arguments(tool_workers: Any, tool_poll_s: Any, episode_offset: Any) -> None:
+  """`run_slot_episodes`' own arguments: one ValueError naming the bad one."""
+  if not isinstance(tool_workers, (int, np.integer)) or tool_workers < 1:
+    raise ValueError(f"tool_workers must be a positive integer, got {tool_workers!r}")
+  if not isinstance(tool_poll_s, (int, float)) or not tool_poll_s > 0:
+    raise ValueError(f"tool_poll_s must be a positive number of seconds, got {tool_poll_s!r}")
+  if not isinstance(episode_offset, (int, np.integer)) or episode_offset < 0:
+    raise ValueError(f"episode_offset must be an integer >= 0, got {episode_offset!r}")

@@ -15,7 +15,10 @@ from collections.abc import Sequence
 
 import jax
 
+import dataclasses
+
 from agent_r1_jax.models.kv_cache import KVCache, kv_axes
+from agent_r1_jax.models.paged_kv_cache import PagedKVCache
 from agent_r1_jax.models.sharding import constrain
 
 
@@ -42,16 +45,23 @@ def put_rows(x: jax.Array, rows: jax.Array, values: jax.Array, names: Sequence[s
   return constrain(updated.reshape(x.shape), names)
 
 
-def take_cache_rows(cache: KVCache, rows: jax.Array, kv_heads: int) -> KVCache:
-  """The cache's rows `rows` (`take_rows` of every layer's keys and values and of the bookkeeping): `[D m, ...]`."""
+def take_cache_rows(cache: KVCache | PagedKVCache, rows: jax.Array, kv_heads: int) -> KVCache | PagedKVCache:
+  """The cache's rows `rows` (`take_rows` of every layer's keys and values and of the bookkeeping): `[D m, ...]`.
+  A paged cache's pools are shared by its rows and stay whole: only the page tables and lengths are taken."""
+  if isinstance(cache, PagedKVCache):
+    return dataclasses.replace(cache, page_table=take_rows(cache.page_table, rows, ("batch", None)),
+                               lengths=take_rows(cache.lengths, rows, ("batch",)))
   kv = _kv_names(kv_heads)
   return KVCache(k=tuple(take_rows(a, rows, kv) for a in cache.k), v=tuple(take_rows(a, rows, kv) for a in cache.v),
                  valid=take_rows(cache.valid, rows, ("batch", None)),
                  lengths=take_rows(cache.lengths, rows, ("batch",)), cursor=take_rows(cache.cursor, rows, ("batch",)))
 
 
-def put_cache_rows(cache: KVCache, rows: jax.Array, part: KVCache, kv_heads: int) -> KVCache:
+def put_cache_rows(cache: KVCache | PagedKVCache, rows: jax.Array, part: KVCache | PagedKVCache, kv_heads: int
+                   ) -> KVCache | PagedKVCache:
   """`cache` with its rows `rows` replaced by `part` (`take_cache_rows`' inverse)."""
+  if isinstance(cache, PagedKVCache):  # the part's pools are the whole updated pools
+    return dataclasses.replace(cache, pools=part.pools, lengths=put_rows(cache.lengths, rows, part.lengths, ("batch",)))
   kv = _kv_names(kv_heads)
   return KVCache(k=tuple(put_rows(a, rows, b, kv) for a, b in zip(cache.k, part.k)),
                  v=tuple(put_rows(a, rows, b, kv) for a, b in zip(cache.v, part.v)),

@@ -30,6 +30,8 @@ import jax
 import jax.numpy as jnp
 
 from agent_r1_jax.models.kv_cache import KVCache, constrain_kv
+from agent_r1_jax.models.paged_attention import HEAD_MULTIPLE
+from agent_r1_jax.models.paged_kv_cache import PagedKVCache, init_pools
 from agent_r1_jax.models.qwen2 import merge_for_compute
 from agent_r1_jax.models.sharding import SAMPLING_RULES, constrain
 from agent_r1_jax.sampling import stop_sequences as stops_lib
@@ -50,8 +52,22 @@ def init_state(*, rows, max_length, layers, kv_width, vocab, window, cache_dtype
   return cache, logits, constrain(jnp.full((rows, window), stops_lib.ABSENT, jnp.int32), ("batch", None))
 
 
+def init_paged_state(*, config, rows, pages, pages_per_row, page_size, layout, backend, window, cache_dtype):
+  """Every slot empty, over a paged cache of `pages` pages (all devices'): (cache with zeroed pools, null page
+  tables and lengths 0; logits `[N, V]` 0; windows `[N, K]` -1)."""
+  head_multiple = HEAD_MULTIPLE.get(backend, 1)
+  cache = PagedKVCache(pools=init_pools(config, pages, page_size, layout, cache_dtype, head_multiple),
+                       page_table=constrain(jnp.zeros((rows, pages_per_row), jnp.int32), ("batch", None)),
+                       lengths=constrain(jnp.zeros((rows,), jnp.int32), ("batch",)), layout=layout, backend=backend)
+  logits = constrain(jnp.zeros((rows, config.vocab_size), jnp.float32), ("batch", None))
+  return cache, logits, constrain(jnp.full((rows, window), stops_lib.ABSENT, jnp.int32), ("batch", None))
+
+
 def _extend_rows(graphdef, params, cache, last_logits, reset, ids, mask):
   keep = ~reset
+  if isinstance(cache, PagedKVCache):  # a row's pages are the host's to hand out; emptying it is its length
+    cache = dataclasses.replace(cache, lengths=jnp.where(keep, cache.lengths, 0))
+    return _extend(graphdef, params, cache, last_logits, ids, mask)
   cache = dataclasses.replace(cache, valid=cache.valid & keep[:, None], lengths=jnp.where(keep, cache.lengths, 0),
                               cursor=jnp.where(keep, cache.cursor, 0))
   return _extend(graphdef, params, cache, last_logits, ids, mask)
@@ -117,6 +133,8 @@ def _decode_chunk(graphdef, params, cache, last_logits, window, budgets, fresh, 
 
 init_jit = jax.jit(init_state, static_argnames=("rows", "max_length", "layers", "kv_width", "vocab", "window",
                                            "cache_dtype", "kv_heads"))
+init_paged_jit = jax.jit(init_paged_state, static_argnames=("config", "rows", "pages", "pages_per_row", "page_size",
+                                                          "layout", "backend", "window", "cache_dtype"))
 slot_extend_jit = jax.jit(_slot_extend, static_argnums=0, donate_argnums=(2, 3), static_argnames=("kv_heads",))
 decode_chunk_jit = jax.jit(_decode_chunk, static_argnums=0, donate_argnums=(2, 3, 4),
                            static_argnames=("sampling", "chunk", "pad_id", "kv_heads"))
@@ -124,7 +142,8 @@ decode_chunk_jit = jax.jit(_decode_chunk, static_argnums=0, donate_argnums=(2, 3
 
 def compiled_slot_programs() -> int:
   """Slot programs compiled so far in this process (init + extend + decode chunk caches)."""
-  return sum(f._cache_size() for f in (init_jit, slot_extend_jit, decode_chunk_jit))  # pylint: disable=protected-access
+  return sum(f._cache_size() for f in (init_jit, init_paged_jit, slot_extend_jit, decode_chunk_jit))  # pylint: disable=protected-access
 
 
-__all__ = ["compiled_slot_programs", "decode_chunk_jit", "init_jit", "init_state", "slot_extend_jit"]
+__all__ = ["compiled_slot_programs", "decode_chunk_jit", "init_jit", "init_paged_jit", "init_paged_state", "init_state",
+           "slot_extend_jit"]

@@ -44,11 +44,14 @@ import numpy as np
 from jax.sharding import Mesh
 
 from agent_r1_jax.models.kv_cache import KVCache, kv_axes
+from agent_r1_jax.models.paged_attention import layout_of
+from agent_r1_jax.models.paged_kv_cache import PagedKVCache, pool_axes
 from agent_r1_jax.sampling import buckets, multihost
+from agent_r1_jax.sampling.paging import PagePool, PagingConfig
 from agent_r1_jax.sampling.params import SamplingParams
 from agent_r1_jax.sampling.sampler import Sampler
-from agent_r1_jax.sampling.slot_programs import (compiled_slot_programs, decode_chunk_jit, init_jit, init_state,
-                                                 slot_extend_jit)
+from agent_r1_jax.sampling.slot_programs import (compiled_slot_programs, decode_chunk_jit, init_jit, init_paged_jit,
+                                                 init_paged_state, init_state, slot_extend_jit)
 
 
 @dataclasses.dataclass
@@ -100,6 +103,11 @@ class SlotDecoder:
     sampler: the lockstep sampler whose settings the slots share (its programs are not used).
     slots_per_device: rows per batch device; N = slots_per_device x `batch_devices(sampler.mesh)`.
     decode_chunk: C, tokens per row per `decode` call.
+    paging: a paged KV cache (`models.paged_kv_cache`; its pages accounted for in `pages`, a `PagePool`), or None
+      for the dense `[N, S]` cache. Paged: `extend` and `decode` give each row the pages its new tokens need
+      (a RuntimeError if its device has too few free: the caller reserves first, `reserve`); a reset row keeps its
+      pages (rewritten from position 0) until `trim` returns them; the page table goes to the device with every
+      call.
 
   Attributes:
     slots: n, the rows this process passes to `extend` / `decode` and gets back: N, or with a mesh spanning P
@@ -116,7 +124,8 @@ class SlotDecoder:
   which is why `extend` and `decode` take the busiest device's count over all processes (`busiest`).
   """
 
-  def __init__(self, sampler: Sampler, *, slots_per_device: int, decode_chunk: int):
+  def __init__(self, sampler: Sampler, *, slots_per_device: int, decode_chunk: int,
+               paging: PagingConfig | None = None):
     for name, value in (("slots_per_device", slots_per_device), ("decode_chunk", decode_chunk)):
       if not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -132,6 +141,12 @@ class SlotDecoder:
     self.local_devices = self.slots // self.slots_per_device
     self.decode_chunk = int(decode_chunk)
     self._kv_heads = sampler.config.num_key_value_heads
+    self.paging, self.pages = paging, None
+    if paging is not None:
+      platform = sampler.mesh.devices.flat[0].platform if sampler.mesh is not None else jax.default_backend()
+      self.backend = paging.resolved_backend(platform)
+      self.pages = PagePool(paging, slots=self.slots, slots_per_device=self.slots_per_device,
+                            max_length=sampler.max_cache_length)
     # The sampler's placement (under its mesh: rows over the batch axes, replicated stops and key) and stops.
     # pylint: disable-next=protected-access
     self._run, self._rows, self._same, self._stops = sampler._run, sampler._batch, sampler._replicated, sampler._stops
@@ -167,11 +182,45 @@ class SlotDecoder:
     """Every slot empty: no valid cache slot, lengths and cursors 0, windows -1."""
     s = self.sampler
     config = s.config
+    if self.pages is not None:
+      cache, logits, window = self._run(init_paged_jit, **self._paged_shape())
+      return SlotState(cache, logits, window, np.zeros(self.slots, np.int64))
     cache, logits, window = self._run(
         init_jit, rows=self.global_slots, max_length=s.max_cache_length, layers=config.num_hidden_layers,
         kv_width=config.num_key_value_heads * config.head_dim, vocab=config.vocab_size,
         window=self._stops.shape[1], cache_dtype=s.cache_dtype, kv_heads=config.num_key_value_heads)
     return SlotState(cache, logits, window, np.zeros(self.slots, np.int64))
+
+  def _paged_shape(self) -> dict:
+    """`init_paged_state`'s static arguments: the pool over every device's pages."""
+    s = self.sampler
+    return dict(config=s.config, rows=self.global_slots, pages=self.pages.pages_per_device * batch_devices(s.mesh),
+                pages_per_row=self.pages.pages_per_row, page_size=self.pages.page_size,
+                layout=layout_of(self.backend), backend=self.backend, window=self._stops.shape[1], cache_dtype=s.cache_dtype)
+
+  def _with_pages(self, state: SlotState, tokens: np.ndarray, taking_part: np.ndarray) -> KVCache | PagedKVCache:
+    """The state's cache, with (paged) each row taking part grown to hold `tokens[b]` tokens and the page table
+    sent along."""
+    if self.pages is None:
+      return state.cache
+    for b in np.flatnonzero(taking_part & (tokens > self.pages.held * self.pages.page_size)):
+      self.pages.grow(int(b), int(tokens[b]))
+    return dataclasses.replace(state.cache, page_table=self._rows(self.pages.table.copy()))
+
+  def reserve(self, slot: int, tokens: int) -> bool:
+    """Paged: whether `slot` now holds pages for `tokens` tokens (taken if its device has them free; False, and
+    nothing taken, if not). Dense: True."""
+    if self.pages is None:
+      return True
+    if self.pages.shortfall(slot, tokens):
+      return False
+    self.pages.grow(slot, tokens)
+    return True
+
+  def trim(self, slot: int, tokens: int) -> None:
+    """Paged: `slot` keeps only the pages of its first `tokens` tokens (0: all go back). Dense: nothing."""
+    if self.pages is not None:
+      self.pages.shrink(slot, tokens)
 
   def extend(self, params, state: SlotState, rows: Sequence[Sequence[int]], reset: np.ndarray, *,
              extend_length: int | None = None, busiest: int | None = None) -> SlotState:
@@ -210,6 +259,7 @@ class SlotDecoder:
       raise ValueError(f"extend_length={extend_length!r} is smaller than this process's longest row ({longest}); "
                        "pass the max over all processes (or None to compute it)")
     tb = buckets.slot_extend_bucket(int(extend_length))
+    cache = self._with_pages(state, lengths + added, added > 0)
     ids = np.full((self.slots, tb), self.sampler.pad_id, np.int32)
     mask = np.zeros((self.slots, tb), np.int32)
     for b, row in enumerate(rows):
@@ -220,7 +270,7 @@ class SlotDecoder:
     if selection is not None:
       index, taken = selection
       reset, ids, mask, index = reset[taken], ids[taken], mask[taken], self._rows(index)
-    cache, logits = self._run(slot_extend_jit, self.sampler.graphdef, params, state.cache, state.last_logits,
+    cache, logits = self._run(slot_extend_jit, self.sampler.graphdef, params, cache, state.last_logits,
                               self._rows(reset), self._rows(ids), self._rows(mask), index, kv_heads=self._kv_heads)
     return SlotState(cache, logits, state.window, lengths + added)
 
@@ -236,15 +286,25 @@ class SlotDecoder:
     n = self.global_slots
     # pylint: disable-next=protected-access
     placed = s._abstract
-    cache, logits, window = jax.eval_shape(functools.partial(
-        init_state, rows=n, max_length=s.max_cache_length, layers=config.num_hidden_layers,
-        kv_width=config.num_key_value_heads * config.head_dim, vocab=config.vocab_size, window=self._stops.shape[1],
-        cache_dtype=s.cache_dtype, kv_heads=config.num_key_value_heads))
-    kv_names = kv_axes(config.num_key_value_heads, dict(s.mesh.shape).get("tensor", 1) if s.mesh else 1)
+    if self.pages is not None:
+      cache, logits, window = jax.eval_shape(functools.partial(init_paged_state, **self._paged_shape()))
+      tensor = dict(s.mesh.shape).get("tensor", 1) if s.mesh else 1
+      names = pool_axes(cache.layout, config.num_key_value_heads, tensor)
+      cache = dataclasses.replace(cache, pools=tuple(tuple(placed(a.shape, a.dtype, names) for a in layer)
+                                                     for layer in cache.pools),
+                                  page_table=placed(cache.page_table.shape, jnp.int32, ("batch", None)),
+                                  lengths=placed((n,), jnp.int32, ("batch",)))
+    else:
+      cache, logits, window = jax.eval_shape(functools.partial(
+          init_state, rows=n, max_length=s.max_cache_length, layers=config.num_hidden_layers,
+          kv_width=config.num_key_value_heads * config.head_dim, vocab=config.vocab_size, window=self._stops.shape[1],
+          cache_dtype=s.cache_dtype, kv_heads=config.num_key_value_heads))
+      kv_names = kv_axes(config.num_key_value_heads, dict(s.mesh.shape).get("tensor", 1) if s.mesh else 1)
+      cache = KVCache(k=tuple(placed(a.shape, a.dtype, kv_names) for a in cache.k),
+                      v=tuple(placed(a.shape, a.dtype, kv_names) for a in cache.v),
+                      valid=placed(cache.valid.shape, bool, ("batch", None)), lengths=placed((n,), jnp.int32, ("batch",)),
+                      cursor=placed((n,), jnp.int32, ("batch",)))
     rows = lambda shape, dtype: placed(shape, dtype, ("batch",) + (None,) * (len(shape) - 1))  # noqa: E731
-    cache = KVCache(k=tuple(placed(a.shape, a.dtype, kv_names) for a in cache.k),
-                    v=tuple(placed(a.shape, a.dtype, kv_names) for a in cache.v),
-                    valid=rows(cache.valid.shape, bool), lengths=rows((n,), jnp.int32), cursor=rows((n,), jnp.int32))
     logits, window = rows(logits.shape, logits.dtype), rows(window.shape, window.dtype)
     tb = buckets.slot_extend_bucket(int(extend_length))
     key = jax.eval_shape(lambda: jax.random.key(0))
@@ -292,9 +352,10 @@ class SlotDecoder:
     if fresh.shape != (self.slots,) or episodes.shape != (self.slots,):
       raise ValueError(f"fresh and episodes must have shape ({self.slots},), got {fresh.shape} and {episodes.shape}")
     budgets = budgets.astype(np.int32)
+    cache = self._with_pages(state, state.host_lengths + np.minimum(budgets, self.decode_chunk), budgets > 0)
     selection = self._selection(budgets > 0, busiest)
     index, taken = (None, slice(None)) if selection is None else (self._rows(selection[0]), selection[1])
-    out = self._run(decode_chunk_jit, self.sampler.graphdef, params, state.cache, state.last_logits, state.window,
+    out = self._run(decode_chunk_jit, self.sampler.graphdef, params, cache, state.last_logits, state.window,
                     self._rows(budgets[taken]), self._rows(fresh[taken]), self._rows(episodes[taken]),
                     self._same(self._stops), self._same(rng), index, sampling=sampling, chunk=self.decode_chunk,
                     pad_id=self.sampler.pad_id, kv_heads=self._kv_heads)

@@ -1,0 +1,160 @@
+"""A paged key/value cache: fixed-size pages in one pool per device, a page table per row.
+
+A row's context (its real tokens, written from position 0, no padding) lives in pages of `page_size` tokens:
+position p of row b is offset `p % page_size` of page `page_table[b, p // page_size]`. Page ids are local to the
+row's device (rows and pages are split over the same batch devices, data x fsdp, so a row's pages are where the
+row is); page 0 of every device is the null page, never handed out: table entries of pages a row has not been
+given point at it, so writes past a row's pages (the padded tail of an append, the masked token of a row that
+takes no part in a decode step) land there and every page a kernel reads exists. Which pages a row holds is
+the host's business (`sampling.page_pool.PagePool`); the device programs only read the table.
+
+Two layouts, each the one its kernels read (`models.paged_attention`):
+
+  combined    one array per layer `[P, page_size, 2K, hd]`, key head j at index 2j and value head j at 2j + 1:
+              the TPU Ragged Paged Attention kernel's (prefill, extend and decode in one call);
+  head_major  two arrays per layer, keys and values, each `[K, P, page_size, hd]`: the Pallas paged decode
+              kernels' (GPU `pallas.ops.gpu.paged_attention`, TPU `pallas.ops.tpu.paged_attention`).
+
+P = devices x pages per device (the pool's page axis is split over the batch devices). The stored head width hd'
+is hd rounded up to `head_multiple`: the TPU kernel works on whole 128-lane rows, so a model with hd = 64
+(Qwen2.5-0.5B) keeps its keys and values zero-padded to 128 in the pages (which is also how a TPU lays a 64-wide
+minor axis out in HBM); padding q with zeros leaves q . k unchanged, and the padded output lanes are dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from agent_r1_jax.models.config import Qwen2Config
+from agent_r1_jax.models.sharding import constrain
+
+LAYOUTS = ("combined", "head_major")
+NULL_PAGE = 0
+
+
+def pool_axes(layout: str, num_kv_heads: int, tensor: int) -> tuple[str | None, ...]:
+  """Logical names of one pool array: pages over the batch devices, heads over tensor when whole heads divide."""
+  heads = "act_kv_heads" if num_kv_heads % tensor == 0 else None
+  return ("batch", None, heads, None) if layout == "combined" else (heads, "batch", None, None)
+
+
+def constrain_pool(x: jax.Array, layout: str, num_kv_heads: int) -> jax.Array:
+  """One pool array constrained to its `pool_axes` under the ambient mesh (a no-op without one)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  tensor = 1 if mesh.empty else dict(mesh.shape).get("tensor", 1)
+  return constrain(x, pool_axes(layout, num_kv_heads, tensor))
+
+
+def pool_shapes(config: Qwen2Config, pages: int, page_size: int, layout: str, head_multiple: int = 1
+                ) -> tuple[tuple[int, ...], ...]:
+  """The arrays of one layer's pool: combined `([P, ps, 2K, hd'],)`, head_major `([K, P, ps, hd'],) * 2`, with
+  hd' = hd rounded up to a multiple of `head_multiple`."""
+  k, hd = config.num_key_value_heads, -(-config.head_dim // head_multiple) * head_multiple
+  if layout not in LAYOUTS:
+    raise ValueError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
+  if layout == "combined":
+    return ((pages, page_size, 2 * k, hd),)
+  return ((k, pages, page_size, hd),) * 2
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class PagedKVCache:
+  """Per-layer page pools plus per-row page tables and lengths (a pytree; donate it to jitted updates).
+
+  Attributes:
+    pools: L tuples of pool arrays (`pool_shapes`), cache dtype.
+    page_table: int32 `[N, pages_per_row]`, row b's pages in order (local ids; NULL_PAGE where it has none).
+    lengths: int32 `[N]`, real tokens per row (= the position of its next token and the slot it is written to).
+    layout: "combined" | "head_major" (static).
+    backend: how attention reads the pages, `models.paged_attention.BACKENDS` (static).
+  """
+
+  pools: tuple[tuple[jax.Array, ...], ...]
+  page_table: jax.Array
+  lengths: jax.Array
+  layout: str = dataclasses.field(metadata=dict(static=True), default="combined")
+  backend: str = dataclasses.field(metadata=dict(static=True), default="xla")
+
+  @property
+  def cursor(self) -> jax.Array:
+    """The next slot to write: rows hold no padding, so their length."""
+    return self.lengths
+
+  @property
+  def page_size(self) -> int:
+    return self.pools[0][0].shape[1 if self.layout == "combined" else 2]
+
+  @property
+  def pages_per_row(self) -> int:
+    return self.page_table.shape[1]
+
+  @property
+  def max_length(self) -> int:
+    """Positions a row's table can address."""
+    return self.pages_per_row * self.page_size
+
+  @property
+  def batch_size(self) -> int:
+    return self.page_table.shape[0]
+
+
+def init_pools(config: Qwen2Config, pages: int, page_size: int, layout: str, dtype, head_multiple: int = 1
+               ) -> tuple[tuple[jax.Array, ...], ...]:
+  """Zeroed pools for every layer (`pool_shapes`), constrained to `pool_axes`."""
+  shapes = pool_shapes(config, pages, page_size, layout, head_multiple)
+  kv = config.num_key_value_heads
+  return tuple(tuple(constrain_pool(jnp.zeros(s, dtype), layout, kv) for s in shapes)
+               for _ in range(config.num_hidden_layers))
+
+
+def token_pages(page_table: jax.Array, positions: jax.Array, page_size: int) -> tuple[jax.Array, jax.Array]:
+  """(page, offset), int32 `[b, T]` each, of positions `[b, T]`; positions past the table go to the null page."""
+  index = positions // page_size
+  inside = index < page_table.shape[1]
+  page = jnp.take_along_axis(page_table, jnp.minimum(index, page_table.shape[1] - 1), axis=1)
+  return jnp.where(inside, page, NULL_PAGE), positions % page_size
+
+
+def write(pool: tuple[jax.Array, ...], layout: str, keys: jax.Array, values: jax.Array, page_table: jax.Array,
+          positions: jax.Array) -> tuple[jax.Array, ...]:
+  """One device's layer pool with `keys`, `values` `[b, T, K, hd]` stored at `positions` `[b, T]` of their rows."""
+  page_size = pool[0].shape[1 if layout == "combined" else 2]
+  page, offset = token_pages(page_table, positions, page_size)
+  keys, values = (pad_head(x, pool[0].shape[-1]) for x in (keys, values))
+  if layout == "combined":
+    b, t, k, hd = keys.shape
+    pairs = jnp.stack([keys, values], axis=3).reshape(b, t, 2 * k, hd)  # key j at 2j, value j at 2j + 1
+    return (pool[0].at[page, offset].set(pairs.astype(pool[0].dtype)),)
+  # head_major `[K, P, ps, hd]`: the heads axis leads, so index pages and offsets under it.
+  return tuple(a.at[:, page, offset].set(new.transpose(2, 0, 1, 3).astype(a.dtype))
+               for a, new in zip(pool, (keys, values)))
+
+
+def pad_head(x: jax.Array, width: int) -> jax.Array:
+  """`x` `[..., hd]` zero-padded to `[..., width]`."""
+  extra = width - x.shape[-1]
+  return x if not extra else jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, extra)])
+
+
+def gather(pool: tuple[jax.Array, ...], layout: str, page_table: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Every position of one device's rows, keys and values `[b, K, S', hd']` with S' = pages_per_row x page_size
+  (positions at or past a row's length hold whatever their page holds: the caller masks them)."""
+  b, n = page_table.shape
+  if layout == "combined":
+    pages = pool[0][page_table]  # [b, n, ps, 2K, hd]
+    ps, two_k, hd = pages.shape[2:]
+    pages = pages.reshape(b, n * ps, two_k // 2, 2, hd)
+    return pages[..., 0, :].transpose(0, 2, 1, 3), pages[..., 1, :].transpose(0, 2, 1, 3)
+  out = []
+  for a in pool:  # [K, P, ps, hd] -> [K, b, n, ps, hd] -> [b, K, n ps, hd]
+    k, _, ps, hd = a.shape
+    out.append(a[:, page_table].reshape(k, b, n * ps, hd).transpose(1, 0, 2, 3))
+  return out[0], out[1]
+
+
+__all__ = ["LAYOUTS", "NULL_PAGE", "PagedKVCache", "constrain_pool", "gather", "init_pools", "pad_head", "pool_axes",
+           "pool_shapes", "token_pages", "write"]
