@@ -12,7 +12,8 @@ join independent of the machine's speed: a fixed sleep can end before the next c
 References (computed here, in one process, without a mesh):
   * greedy, each process half of `GREEDY_PROMPTS` (multi-turn calls, tool errors, MAX_TURNS / ANSWER /
     CONTEXT_LIMIT endings): the two processes' rows, in process order, equal the lockstep driver's over all
-    prompts (tokens, masks, log-probs, process rewards, tool counts, stop reasons, texts);
+    prompts (tokens, masks, log-probs, process rewards, tool counts, stop reasons, texts), on the dense cache and
+    on a paged cache whose pools hold one full-length episode per device (turns wait for pages);
   * sampled (temperature 1, 3 samples per prompt), process 0 one prompt and process 1 three: the rows equal the
     single-process slot engine's over all four prompts with other slot and chunk counts, which holds only if each
     process keys its episodes by their global number.
@@ -154,6 +155,16 @@ def _worker(out_dir: pathlib.Path) -> None:
                             data_sources=share["data_sources"], process_reward_fn=turn_reward)
   out["greedy"] = dict(batch=batch, calls=list(calls))
 
+  # The same on the paged cache, with a pool of one full-length episode per device: turns wait for pages.
+  from agent_r1_jax.sampling.paging import PagingConfig  # pylint: disable=import-outside-toplevel
+  calls.clear()
+  batch = run_slot_episodes(sampler, params, env(), t.TOK, share["prompts"], config, t.GREEDY, jax.random.key(0),
+                            slots_per_device=SLOTS_PER_DEVICE, decode_chunk=GREEDY_CHUNK,
+                            group_offset=share["group_offset"], ground_truths=share["ground_truths"],
+                            data_sources=share["data_sources"], process_reward_fn=turn_reward, check_env=False,
+                            paging=PagingConfig(page_size=8, pages_per_device=34))
+  out["greedy_paged"] = dict(batch=batch, calls=list(calls))
+
   calls.clear()
   share = sampled_share(pid)
   batch = run_slot_episodes(sampler, params, env(), t.TOK, share["prompts"], config, t.SAMPLED, jax.random.key(3),
@@ -236,6 +247,10 @@ def test_two_processes_sample_the_one_process_episodes(tmp_path):
     assert run["batch"].timings["sync"] >= 0
   t.assert_same_trajectories(TrajectoryBatch.concatenate([run["batch"] for run in runs]), want, logprob_atol=2e-5)
   _check_calls(runs, "greedy")
+  paged = [r["greedy_paged"] for r in results]
+  t.assert_same_trajectories(TrajectoryBatch.concatenate([run["batch"] for run in paged]), want, logprob_atol=2e-5)
+  shapes = [[(kind, shape) for kind, shape, _ in run["calls"]] for run in paged]
+  assert shapes[0] == shapes[1], "paged: the processes' slot program sequences differ"
 
   # Sampled: the single-process slot engine over all prompts, with other slot and chunk counts.
   want = run_slot_episodes(sampler, params, t.SteerEnv(), t.TOK, t.SAMPLED_PROMPTS, config, t.SAMPLED,
