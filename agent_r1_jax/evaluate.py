@@ -7,11 +7,12 @@
         --datasets=hotpotqa,2wikimultihopqa,musique
 
 The task (tokenizer, tools, data, rollout limits, reward style) comes from `--config` when given, else from the
-workdir's `config.json`, else the tiny preset (synthetic world). Episodes are greedy and batched and run
-through the training rollout driver and scorer. Writes `table.md` (EM per dataset + average, one row per
-method; also printed), `results.json` (EM / F1 / substring accuracy / format / turns / tool-call and tool-error
-rates per method x dataset), `trajectories.html` (sample episodes with actions and environment observations
-marked) and `records.jsonl` to `--out_dir` (default `RUN_DIR/eval`, or `./eval` for an HF directory).
+workdir's `config.json`, else the tiny preset (synthetic world). Episodes are greedy and run through the
+training rollout engine (`rollout.engine`: the slot engine, or `--config.rollout.engine=lockstep`) and scorer.
+Writes `table.md` (EM per dataset + average, one row per method; also printed), `results.json` (EM / F1 /
+substring accuracy / format / turns / tool-call and tool-error rates per method x dataset), `trajectories.html`
+(sample episodes with actions and environment observations marked) and `records.jsonl` to `--out_dir` (default
+`RUN_DIR/eval`, or `./eval` for an HF directory).
 
 Single-turn methods score 0 on the paper reward's tool-format term by construction: compare methods by EM.
 
@@ -44,7 +45,8 @@ _DATASETS = flags.DEFINE_list("datasets", [], "Evaluation sets (hotpotqa, 2wikim
                               "one_hop for the synthetic world); default: every set the task has.")
 _OUT_DIR = flags.DEFINE_string("out_dir", None, "Where the outputs go (a local or gs:// directory).")
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 0, "Examples per dataset (0 = all).")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 0, "Prompts per rollout (0 = config trainer.eval_batch_size).")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 0, "Prompts per rollout (0 = config trainer.eval_batch_size): the "
+                                   "slot engine's episodes in flight over all devices, or the lockstep driver's batch.")
 _SAMPLES = flags.DEFINE_integer("samples_per_dataset", 5, "Episodes per method x dataset on the HTML page.")
 _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed (greedy decoding does not use it).")
 

@@ -7,6 +7,7 @@ random tiny model checkpointed in the trainer's orbax layout exercises policy lo
 
 from __future__ import annotations
 
+import dataclasses
 import html.parser
 import json
 import math
@@ -26,7 +27,8 @@ from agent_r1_jax.evaluation import report, runner
 from agent_r1_jax.models import Qwen2ForCausalLM
 from agent_r1_jax.rewards.multihopqa import exact_match
 from agent_r1_jax.rollout import evaluation
-from agent_r1_jax.sampling import Segment, StopReason
+from agent_r1_jax.sampling import SamplingParams, Segment, StopReason
+from agent_r1_jax.sizing import rollout_sizing
 from agent_r1_jax.tools import format_hits
 from agent_r1_jax.learner import build
 from agent_r1_jax.trainer import task as task_lib
@@ -172,6 +174,8 @@ def _call(query):
 
 def test_scripted_methods_give_hand_computed_metrics_and_an_honest_page(setup, tmp_path):
   c, task = setup
+  c = c.copy_and_resolve_references()
+  c.rollout.engine = "lockstep"  # the scripted sampler keeps the lockstep sampler's contract, not the slots'
   examples = list(task.test[task_lib.SYNTHETIC_SOURCE])
   gold = {ex["question"]: ex["answers"][0] for ex in examples}
   index = {ex["question"]: i for i, ex in enumerate(examples)}
@@ -324,6 +328,38 @@ def _write_workdir(c, task, workdir, steps):
     saved[step] = params
   ck.close()
   return graphdef, saved
+
+
+def test_slot_engine_evaluation_keys_examples_by_index_and_greedy_equals_lockstep(setup, monkeypatch):
+  """A random tiny model (weights tripled, so questions get different responses) over the 6 test questions.
+  Greedy: the slot engine's records equal the lockstep driver's. Sampled (temperature 1): the slot engine's records
+  are the same with 1 slot and windows of 2 examples (3 rollouts) as with 4 slots and one window, which holds only
+  if each example is keyed by its index, not by its place in a rollout."""
+  c, task = setup
+  tok = task.tokenizer
+  graphdef, params = nnx.split(Qwen2ForCausalLM(build.model_config(c, len(tok)), rngs=nnx.Rngs(5)))
+  params = jax.tree.map(lambda x: 3 * x, params)
+  limits = build.rollout_config(c, tok)
+  sampler = build.build_sampler(c, graphdef, tok, limits, None)
+  examples = list(task.test[task_lib.SYNTHETIC_SOURCE])
+
+  def records(batch_size, sampling, engine="slots"):
+    lockstep = c.copy_and_resolve_references()
+    lockstep.rollout.engine = engine
+    options = rollout_sizing.evaluation_slot_options(lockstep, 1, 1, batch_size)
+    assert (options is None) == (engine == "lockstep")
+    got = evaluation.evaluate_examples(sampler, params, task.env, tok, task.render, examples, limits, sampling,
+                                       jax.random.key(1), batch_size=batch_size, slot_options=options)
+    return [dataclasses.asdict(r) for r in got]
+
+  greedy = SamplingParams(greedy=True)
+  want = records(4, greedy, "lockstep")
+  assert records(4, greedy) == want and len({r["response"] for r in want}) > 1
+  sampled = SamplingParams(temperature=1.0)
+  wide = records(4, sampled)
+  monkeypatch.setattr(evaluation, "SLOT_WINDOW_BATCHES", 2)
+  assert records(1, sampled) == wide and wide != want
+  assert [r["example_id"] for r in wide] == [str(ex["id"]) for ex in examples]
 
 
 def test_workdir_policy_restores_the_saved_actor_and_rejects_another_shape(setup, tmp_path):

@@ -7,7 +7,12 @@ Against one process's run of the same evaluation:
   * `rollout.evaluation.evaluate_examples` with a scripted policy (right on some questions, a search first on
     others, so episodes end at different turns on different processes) on 3 processes, for 5 questions and for
     1 (fewer than the processes): each process plays ceil(n / 3) episodes, and every process returns all records,
-    in question order, equal to one process's, and so the same summaries.
+    in question order, equal to one process's, and so the same summaries (the lockstep driver: the scripted
+    sampler keeps its contract).
+  * the same on the slot engine, a random tiny model sampling at temperature 1 on a mesh over the 3 processes' devices
+    (one slot each), for 5 questions and for 1 (two processes then play a padding episode): every process returns
+    the records one process gets on its own devices with another batch size, which holds only if every question is
+    keyed by its index whatever process plays it.
   * `experiments.seed_runs` (what `paper_tables` reuses, evaluates and hashes) on two processes: both take
     process 0's reading of the finished run and evaluation, process 1 without reading a file, and hash the
     step-0 policy sharded over both to the one-process hash.
@@ -197,6 +202,38 @@ def _scripted_records(num_examples: int):
   return records, sum(played)
 
 
+def _slot_records(num_examples: int, batch_size: int):
+  """`evaluate_examples` on the slot engine (`rollout.engine`, the preset's) over the first `num_examples` test
+  questions: a random tiny model (weights tripled so questions get different responses) on a mesh over every
+  process's devices, sampled at temperature 1."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+  from test_evaluate import _config  # pylint: disable=import-outside-toplevel
+
+  from agent_r1_jax.learner import build  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.models import Qwen2ForCausalLM  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.rollout import evaluation  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.sampling import SamplingParams, multihost  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.sizing import rollout_sizing  # pylint: disable=import-outside-toplevel
+  from agent_r1_jax.trainer import task as task_lib  # pylint: disable=import-outside-toplevel
+
+  c = _config()
+  c.mesh.data = -1
+  task = task_lib.build_task(c)
+  tok = task.tokenizer
+  mesh = build.build_mesh(c)
+  graphdef, params = nnx.split(Qwen2ForCausalLM(build.model_config(c, len(tok)), rngs=nnx.Rngs(5)))
+  params = jax.tree.map(lambda x: multihost.replicated(3 * np.asarray(x), mesh), params)
+  limits = build.rollout_config(c, tok)
+  options = rollout_sizing.evaluation_slot_options(c, jax.device_count(), jax.process_count(), batch_size)
+  assert options is not None
+  return evaluation.evaluate_examples(
+      build.build_sampler(c, graphdef, tok, limits, mesh), params, task.env, tok, task.render,
+      list(task.test[task_lib.SYNTHETIC_SOURCE])[:num_examples], limits, SamplingParams(temperature=1.0),
+      jax.random.key(2), batch_size=batch_size, slot_options=options)
+
+
 def _dump(records) -> list[dict]:
   import dataclasses  # pylint: disable=import-outside-toplevel
   return [dataclasses.asdict(r) for r in records]
@@ -218,7 +255,8 @@ def _worker(out_dir: pathlib.Path) -> None:
     got = {}
     for n in (5, 1):
       records, played = _scripted_records(n)
-      got[n] = {"records": _dump(records), "summary": evaluation.summarize(records), "played": played}
+      got[n] = {"records": _dump(records), "summary": evaluation.summarize(records), "played": played,
+                "slots": _dump(_slot_records(n, batch_size=2))}
   (out_dir / f"process_{pid}.json").write_text(json.dumps(got))
 
 
@@ -226,7 +264,10 @@ def _worker(out_dir: pathlib.Path) -> None:
 def test_every_process_returns_the_one_process_records_in_question_order(tmp_path):
   from agent_r1_jax.rollout import evaluation  # pylint: disable=import-outside-toplevel
 
-  loopback_workers.run_workers(__file__, tmp_path, num_processes=SCRIPTED_PROCESSES, timeout_s=180)
+  loopback_workers.run_workers(__file__, tmp_path, num_processes=SCRIPTED_PROCESSES, timeout_s=240)
+  # One process, its 8 devices, 5 slots each: other slots and windows than the workers' one slot per process.
+  slots = {n: json.loads(json.dumps(_dump(_slot_records(n, batch_size=40)))) for n in (5, 1)}
+  assert len({r["response"] for r in slots[5]}) > 1
   for n in (5, 1):
     want, played = _scripted_records(n)
     summary = evaluation.summarize(want)
@@ -238,6 +279,7 @@ def test_every_process_returns_the_one_process_records_in_question_order(tmp_pat
       assert got["records"] == json.loads(json.dumps(_dump(want))), (n, pid)
       assert got["summary"] == summary, (n, pid)
       assert got["played"] == -(-n // SCRIPTED_PROCESSES), (n, pid)  # its share (padded), not every question
+      assert got["slots"] == slots[n], (n, pid)
 
 
 if __name__ == "__main__":

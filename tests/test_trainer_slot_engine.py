@@ -1,5 +1,6 @@
-"""The trainer's rollout through the slot engine (`rollout.engine="slots"`): the same episodes as the lockstep
-driver's where both are deterministic, a training step that logs the engine's figures, and the config's errors."""
+"""The trainer's rollout through the slot engine (`rollout.engine="slots"`, every preset's default): the same episodes
+as the lockstep driver's where both are deterministic, a training step that logs the engine's figures, the slot
+counts of a step and of an evaluation, and the config's errors."""
 
 from __future__ import annotations
 
@@ -58,6 +59,29 @@ def test_default_slot_count_holds_every_row_of_a_process():
   assert rollout_sizing.slots_per_device(c, 8, 2) == 8    # 30 rows on each process's 4 devices
   c.rollout.slots_per_device = 3
   assert rollout_sizing.slots_per_device(c, 8, 2) == 3
+
+
+def test_the_paper_presets_train_and_evaluate_on_slots_sized_by_one_function():
+  """`slot_engine_options` (what the trainer and the evaluation pass `run_slot_episodes`): a step's slots hold its
+  rows per device, an evaluation's its batch's rows per device, both at most `rollout.slots_per_device`; with the
+  lockstep engine the evaluation gets None (the lockstep driver)."""
+  c = config_lib.base_config("grpo", "qwen2.5-3b")  # 128 prompts x 5 samples, 128 evaluation prompts
+  assert c.rollout.engine == "slots" and c.rollout.max_rows_per_device == 0
+  c.mesh.fsdp = -1
+  options = dict(decode_chunk=c.rollout.decode_chunk, tool_workers=c.rollout.tool_workers)
+  assert rollout_sizing.slot_engine_options(c, 8, 1) == dict(slots_per_device=80, **options)  # 640 rows / 8
+  assert rollout_sizing.slot_engine_options(c, 32, 8) == dict(slots_per_device=20, **options)
+  assert rollout_sizing.evaluation_slot_options(c, 8, 1, 128) == dict(slots_per_device=16, **options)
+  assert rollout_sizing.evaluation_slot_options(c, 32, 8, 128)["slots_per_device"] == 4
+  assert rollout_sizing.evaluation_slot_options(c, 8, 1, 5)["slots_per_device"] == 1  # ceil(5 / 8)
+  c.rollout.slots_per_device = 10
+  assert rollout_sizing.slot_engine_options(c, 8, 1)["slots_per_device"] == 10
+  assert rollout_sizing.evaluation_slot_options(c, 8, 1, 128)["slots_per_device"] == 10
+  assert rollout_sizing.evaluation_slot_options(c, 8, 1, 40)["slots_per_device"] == 5
+  c.rollout.engine = "lockstep"
+  assert rollout_sizing.evaluation_slot_options(c, 8, 1, 128) is None
+  for preset in ("qwen2.5-0.5b", "qwen2.5-1.5b", "tiny", "tiny-mixed"):
+    assert config_lib.base_config("ppo", preset).rollout.engine == "slots", preset
 
 
 @pytest.mark.parametrize("overrides,message", [

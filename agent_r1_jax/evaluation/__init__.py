@@ -1,7 +1,7 @@
 """Evaluation against the paper's baselines: methods, policy loading, the runner and the report writers.
 
-The rollouts and scores themselves come from `agent_r1_jax.rollout.evaluation` (the training driver and
-scorer); this package adds what Table 3 needs around them. The CLI is `python -m agent_r1_jax.evaluate`.
+The rollouts and scores themselves come from `agent_r1_jax.rollout.evaluation` (the training rollout
+engine and scorer); this package adds what Table 3 needs around them. The CLI is `python -m agent_r1_jax.evaluate`.
 """
 
 from agent_r1_jax.evaluation.datasets import available_datasets, select_datasets

@@ -7,7 +7,7 @@
   no_retrieval    the question alone, no tools, one turn ("No Retrieval").
 
 The single-turn prompts are rendered by `data.rag` (shared with the tiny preset's warm-up). Every method runs
-through `rollout.evaluation.evaluate_examples` (the training rollout driver and the reward registry's scorer).
+through `rollout.evaluation.evaluate_examples` (the training rollout engine and the reward registry's scorer).
 The single-turn methods use a `NousToolEnv` with no tools, so a tool call the policy still
 writes is counted (as a failed call) but retrieves nothing, and `max_turns=1` ends the episode there.
 

@@ -1,4 +1,4 @@
-"""Runs methods x datasets for a policy: greedy, batched, through the training rollout driver and scorer.
+"""Runs methods x datasets for a policy: greedy, through the training rollout engine (`rollout.engine`) and scorer.
 
 `evaluate_methods` is the library entry point (the CLI in `agent_r1_jax.evaluate` builds its arguments);
 `build_policies` turns a workdir / HF directory into the evaluated policy and its base.
@@ -17,6 +17,7 @@ from agent_r1_jax.evaluation import methods as methods_lib
 from agent_r1_jax.evaluation.policy import Policy, SamplerCache, checkpoint_steps, hf_policy, workdir_policy
 from agent_r1_jax.rollout import evaluation
 from agent_r1_jax.sampling import SamplingParams
+from agent_r1_jax.sizing import rollout_sizing
 
 
 @dataclasses.dataclass
@@ -34,13 +35,13 @@ def evaluate_methods(task: Any, c: config_dict.ConfigDict, policy: Policy, base_
 
   Args:
     task: the `trainer.Task` (tokenizer, env, render).
-    c: the run's config (rollout limits, env options, reward style).
+    c: the run's config (rollout limits and engine, env options, reward style).
     policy: the evaluated policy (agent, naive_rag, no_retrieval).
     base_policy: the untrained model of base_tool_call (required when that method is asked for).
     method_names: names in `methods.METHODS`.
     datasets: dataset name -> examples.
     num_examples: examples per dataset (None = all).
-    batch_size: prompts per rollout.
+    batch_size: prompts per rollout (the slot engine: sizes its slots, `rollout_sizing.slot_engine_options`).
     seed: the PRNG seed (only used by non-greedy sampling).
     sampling: default greedy.
 
@@ -55,6 +56,8 @@ def evaluate_methods(task: Any, c: config_dict.ConfigDict, policy: Policy, base_
     raise ValueError(f"--batch_size must be positive, got {batch_size}")
   sampling = sampling or SamplingParams(greedy=True)
   single_env = methods_lib.single_turn_env(c)
+  # `rollout.engine`: the slot engine with slots for `batch_size` prompts, or the lockstep driver (None).
+  slot_options = rollout_sizing.evaluation_slot_options(c, jax.device_count(), jax.process_count(), batch_size)
   summaries: dict[str, dict[str, dict[str, float]]] = {}
   records: dict[str, dict[str, list[evaluation.EpisodeRecord]]] = {}
   for mi, method in enumerate(chosen):
@@ -71,7 +74,7 @@ def evaluate_methods(task: Any, c: config_dict.ConfigDict, policy: Policy, base_
       recs = evaluation.evaluate_examples(
           model.make_sampler(limits), model.params, env, task.tokenizer, render, subset, limits, sampling,
           jax.random.fold_in(jax.random.key(seed), mi * 1000 + di), batch_size=batch_size,
-          reward_style=c.algorithm.reward_style)
+          reward_style=c.algorithm.reward_style, slot_options=slot_options)
       summaries[method.name][name] = evaluation.summarize(recs)
       records[method.name][name] = recs
   return EvaluationResult(summaries=summaries, records=records)

@@ -1,5 +1,9 @@
 """How a step's rollout rows map onto the mesh's batch devices (`learner.batch_split.batch_devices`): the lockstep
-engine's waves and the slot engine's slots (`rollout.engine`, `rollout.max_rows_per_device`, `rollout.slots_per_device`)."""
+engine's waves and the slot engine's slots (`rollout.engine`, `rollout.max_rows_per_device`,
+`rollout.slots_per_device`).
+
+`slot_engine_options` is the one place that turns a config into `run_slot_episodes`' keyword arguments, for a
+training step and for an evaluation alike."""
 
 from __future__ import annotations
 
@@ -33,6 +37,44 @@ def slots_per_device(c: config_dict.ConfigDict, device_count: int, process_count
   rows = c.trainer.batch_size // process_count * c.rollout.n_samples
   local_devices = max(batch_devices(c, device_count) // process_count, 1)
   return -(-rows // local_devices)
+
+
+def slot_engine_options(c: config_dict.ConfigDict, device_count: int, process_count: int, *,
+                        eval_batch_size: int | None = None) -> dict[str, int]:
+  """`run_slot_episodes`' keyword arguments from `c.rollout`: slots_per_device, decode_chunk and tool_workers.
+
+  A training step (`eval_batch_size` None): `slots_per_device(c, ...)`, all of the step's rows at once unless
+  `rollout.slots_per_device` bounds them.
+
+  An evaluation of `eval_batch_size` prompts per rollout over all processes (`trainer.eval_batch_size` or the
+  evaluate CLI's --batch_size): ceil(eval_batch_size / batch devices) slots per device, at most
+  `rollout.slots_per_device` when that is set. Why: an evaluation streams its examples through the slots (many
+  per slot, `rollout.evaluation.evaluate_examples`), so the slot count bounds only the KV cache and the decode
+  width, not what is played; a device then holds the rows of one evaluation batch, the memory an evaluation
+  rollout always took (the lockstep driver plays whole batches), and a cap that bounds the training cache bounds
+  this one too. The step's slot count would tie evaluation memory to the training batch instead (640 rows at the
+  paper's settings against 128 evaluation prompts). The trajectories do not depend on it (sampling is keyed by
+  episode and position)."""
+  if eval_batch_size is None:
+    slots = slots_per_device(c, device_count, process_count)
+  else:
+    if not isinstance(eval_batch_size, int) or eval_batch_size < 1:
+      raise ValueError(f"the evaluation batch size must be a positive integer, got {eval_batch_size!r}")
+    slots = -(-eval_batch_size // max(batch_devices(c, device_count), 1))
+    if c.rollout.slots_per_device:
+      slots = min(slots, int(c.rollout.slots_per_device))
+  return {"slots_per_device": slots, "decode_chunk": int(c.rollout.decode_chunk),
+          "tool_workers": int(c.rollout.tool_workers)}
+
+
+def evaluation_slot_options(c: config_dict.ConfigDict, device_count: int, process_count: int,
+                            eval_batch_size: int) -> dict[str, int] | None:
+  """What `rollout.evaluation.evaluate_examples` takes as `slot_options` for an evaluation of `eval_batch_size`
+  prompts per rollout: `slot_engine_options` when `rollout.engine` is "slots", None (the lockstep driver) when it is
+  "lockstep"."""
+  if c.rollout.engine == "lockstep":
+    return None
+  return slot_engine_options(c, device_count, process_count, eval_batch_size=eval_batch_size)
 
 
 def prompts_per_wave(c: config_dict.ConfigDict, device_count: int, process_count: int) -> int:

@@ -165,13 +165,17 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.rollout.top_p = 1.0
   c.rollout.top_k = 0
   c.rollout.cache_dtype = "float32"
-  # Rows one device samples at a time (0: all of the step's rows at once): a step whose KV cache would not fit a
-  # chip samples its prompts in successive waves of max_rows_per_device x (mesh.data x mesh.fsdp) rows.
+  # The lockstep engine's rows one device samples at a time (0: all of the step's rows at once): a step whose KV
+  # cache would not fit a chip samples its prompts in successive waves of max_rows_per_device x (mesh.data x
+  # mesh.fsdp) rows. The slot engine bounds its cache with slots_per_device instead (this must stay 0 there).
   c.rollout.max_rows_per_device = 0
-  # How a step's episodes are sampled: "lockstep" (every row decodes each turn to its end, then the tools run for
-  # all rows) or "slots" (episodes stream through fixed decode slots; a row's tool call runs while others decode).
-  c.rollout.engine = "lockstep"
-  # The slot engine's decode slots per batch device (0: as many as the step's rows per device).
+  # How episodes are sampled, in training and evaluation: "slots" (episodes stream through fixed decode slots; a
+  # row's tool call runs while others decode; sampling keyed by episode and position, so the slot count changes no
+  # trajectory) or "lockstep" (every row decodes each turn to its end, then the tools run for all rows: the
+  # reference the slot engine is tested against, greedy trajectories equal).
+  c.rollout.engine = "slots"
+  # The slot engine's decode slots per batch device (0: as many as the step's rows per device; an evaluation holds
+  # its batch's rows per device, at most this when set: sizing.rollout_sizing.slot_engine_options).
   c.rollout.slots_per_device = 0
   # Tokens each slot-engine decode call samples per slot at most (a turn spans as many calls as it needs).
   c.rollout.decode_chunk = 32

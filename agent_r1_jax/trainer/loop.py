@@ -179,7 +179,7 @@ class RLTrainer(RolloutStepMixin):
     return evaluation.evaluate_sources(
         self.sampler, self.state["actor"], self.task.env, self.task.tokenizer, self.task.render, sources,
         self.rollout_cfg, self.greedy, jax.random.key(c.seed + 7), batch_size=c.trainer.eval_batch_size,
-        max_examples=max_examples, reward_style=c.algorithm.reward_style)
+        max_examples=max_examples, reward_style=c.algorithm.reward_style, slot_options=self.eval_slot_options())
 
   # ---- one RL step ------------------------------------------------------------------------------------
 

@@ -64,8 +64,8 @@ def apply_tiny(c: config_dict.ConfigDict) -> None:
   c.rollout.max_context_length = 448
   c.rollout.max_observation_tokens = 128
   c.rollout.temperature = 0.7
-  # Episodes stream through one slot per row; chunks of 16 tokens were the fastest at this size (bench/rollout.py).
-  c.rollout.engine = "slots"
+  # Episodes stream through one slot per row (the base config's slot engine); chunks of 16 tokens were the fastest
+  # at this size (bench/rollout.py).
   c.rollout.decode_chunk = 16
   c.env.max_tool_response_length = 600
   c.tool.top_k = 2

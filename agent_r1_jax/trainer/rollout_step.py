@@ -8,7 +8,9 @@ the batch. They read the trainer's components: `c`, `task`, `data_iter`, `prompt
 rollout(step, key): the next `batch_size / processes` prompts, `n_samples` episodes each (their group ids offset
 by step and process, so they are unique over the run and the processes), with the current actor parameters and
 `fold_in(key, 0)`, on the configured engine (`rollout.engine`: the lockstep driver in waves, or the slot
-engine); returns the trajectories (this process's rows) and one score dict per row.
+engine, its options from `rollout_sizing.slot_engine_options`); returns the trajectories (this process's rows) and
+one score dict per row. eval_slot_options(): the periodic evaluation's engine, the same function's options for
+`trainer.eval_batch_size` (None: the lockstep driver).
 
 prepare_batch(traj, scores): the learner batch of `B` global rows (all processes), prompt width `P` and response
 width `R` (the layout in learner/updates.py), in this order:
@@ -69,13 +71,18 @@ class RolloutStepMixin:
             [self.task.render(ex) for ex in examples], self.rollout_cfg, self.sampling, jax.random.fold_in(key, 0))
     if c.rollout.engine == "slots":
       traj = run_slot_episodes(
-          *args, slots_per_device=rollout_sizing.slots_per_device(c, jax.device_count(), jax.process_count()),
-          decode_chunk=c.rollout.decode_chunk, tool_workers=c.rollout.tool_workers, **episodes)
+          *args, **rollout_sizing.slot_engine_options(c, jax.device_count(), jax.process_count()), **episodes)
     else:
       traj = run_episodes_in_waves(
           *args, prompts_per_wave=rollout_sizing.prompts_per_wave(c, jax.device_count(), jax.process_count()),
           **episodes)
     return traj, evaluation.score_batch(traj, reward_style=c.algorithm.reward_style)
+
+  def eval_slot_options(self) -> dict[str, int] | None:
+    """The periodic evaluation's engine (`rollout.engine`): the slot engine's options for `trainer.eval_batch_size`
+    prompts per rollout (`rollout_sizing.evaluation_slot_options`), or None for the lockstep driver."""
+    return rollout_sizing.evaluation_slot_options(self.c, jax.device_count(), jax.process_count(),
+                                                  self.c.trainer.eval_batch_size)
 
   def _trim(self, traj):
     """`traj` cut to its longest prompt / response (over all processes), rounded up to
