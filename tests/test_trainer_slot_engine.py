@@ -30,14 +30,37 @@ def test_greedy_slot_engine_rollout_equals_the_lockstep_rollout_of_the_same_step
   slots = loop.RLTrainer(micro_config("grpo", **overrides, **{"rollout.engine": "slots",
                                                                "rollout.slots_per_device": 1,
                                                                "rollout.decode_chunk": 3}), tmp_path / "slots")
+  # The paged cache (XLA path on CPU), 4 slots sharing a pool of 2 full-length episodes.
+  paged = loop.RLTrainer(micro_config("grpo", **overrides, **{"rollout.engine": "slots", "rollout.slots_per_device": 4,
+                                                               "model.kv_cache": "paged", "model.kv_page_size": 16,
+                                                               "rollout.pages_per_device": 0}), tmp_path / "paged")
+  rows = -(-paged.rollout_cfg.cache_length // 16)
+  paged.c.rollout.pages_per_device = 2 * rows + 1
   key = jax.random.key(3)
-  (want, want_scores), (got, got_scores) = lockstep.rollout(0, key), slots.rollout(0, key)
-  assert got.batch_size == 16 and got.stats["slots"] == 1
-  for name in _FIELDS:
-    np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
-  np.testing.assert_allclose(got.sampler_logprobs, want.sampler_logprobs, atol=2e-5)
-  assert got.ground_truth == want.ground_truth and got.response_text == want.response_text
-  assert got_scores == want_scores
+  want, want_scores = lockstep.rollout(0, key)
+  for trainer, slot_count in ((slots, 1), (paged, 4)):
+    got, got_scores = trainer.rollout(0, key)
+    assert got.batch_size == 16 and got.stats["slots"] == slot_count
+    for name in _FIELDS:
+      np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    np.testing.assert_allclose(got.sampler_logprobs, want.sampler_logprobs, atol=2e-5)
+    assert got.ground_truth == want.ground_truth and got.response_text == want.response_text
+    assert got_scores == want_scores
+
+
+def test_paging_config_errors_name_the_field():
+  c = config_lib.base_config("grpo", "tiny")
+  c.rollout.engine, c.model.kv_cache = "slots", "pages"
+  with pytest.raises(ValueError, match="model.kv_cache must be"):
+    rollout_sizing.check_engine(c)
+  c.model.kv_cache, c.model.kv_page_size = "paged", 0
+  with pytest.raises(ValueError, match="kv_page_size"):
+    rollout_sizing.check_engine(c)
+  c.model.kv_page_size, c.rollout.pages_per_device = 64, 3
+  with pytest.raises(ValueError, match="rollout.pages_per_device=3 cannot hold one episode"):
+    rollout_sizing.check_engine(c)
+  c.model.kv_cache = "dense"  # the pool's fields are not read
+  rollout_sizing.check_engine(c)
 
 
 def test_training_with_the_slot_engine_logs_occupancy_and_unhidden_tool_time(tmp_path):
@@ -68,7 +91,7 @@ def test_the_paper_presets_train_and_evaluate_on_slots_sized_by_one_function():
   c = config_lib.base_config("grpo", "qwen2.5-3b")  # 128 prompts x 5 samples, 128 evaluation prompts
   assert c.rollout.engine == "slots" and c.rollout.max_rows_per_device == 0
   c.mesh.fsdp = -1
-  options = dict(decode_chunk=c.rollout.decode_chunk, tool_workers=c.rollout.tool_workers)
+  options = dict(decode_chunk=c.rollout.decode_chunk, tool_workers=c.rollout.tool_workers, paging=None)  # CPU: dense
   assert rollout_sizing.slot_engine_options(c, 8, 1) == dict(slots_per_device=80, **options)  # 640 rows / 8
   assert rollout_sizing.slot_engine_options(c, 32, 8) == dict(slots_per_device=20, **options)
   assert rollout_sizing.evaluation_slot_options(c, 8, 1, 128) == dict(slots_per_device=16, **options)

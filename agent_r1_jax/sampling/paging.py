@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 
 from agent_r1_jax.models.paged_attention import BACKENDS, default_backend, layout_of
@@ -45,12 +46,17 @@ class PagingConfig:
       raise ValueError(f"paged attention backend must be 'auto' or one of {list(BACKENDS)}, got {self.backend!r}")
 
   @classmethod
-  def from_config(cls, c) -> PagingConfig | None:
+  def from_config(cls, c, platform: str | None = None) -> PagingConfig | None:
     """The run config's paging (`model.kv_cache`, `model.kv_page_size`, `model.paged_attention`,
-    `rollout.pages_per_device`), or None for `model.kv_cache="dense"`; one ValueError naming a bad field."""
-    if c.model.kv_cache not in ("paged", "dense"):
-      raise ValueError(f"model.kv_cache must be 'paged' or 'dense', got {c.model.kv_cache!r}")
-    if c.model.kv_cache == "dense":
+    `rollout.pages_per_device`), or None for the dense cache; one ValueError naming a bad field.
+
+    `model.kv_cache="auto"` pages on TPU and GPU (`platform`, default JAX's default backend), where the pages are
+    read by a kernel that touches only the pages attended and a chip holds more episodes; on CPU it is dense: there
+    the XLA gather path reads every page of a row's table (the dense cache's bytes) plus the gather's copy."""
+    if c.model.kv_cache not in ("auto", "paged", "dense"):
+      raise ValueError(f"model.kv_cache must be 'auto', 'paged' or 'dense', got {c.model.kv_cache!r}")
+    accelerator = (platform or jax.default_backend()) in ("tpu", "gpu", "cuda", "rocm")
+    if c.model.kv_cache == "dense" or (c.model.kv_cache == "auto" and not accelerator):
       return None
     try:
       return cls(page_size=c.model.kv_page_size, pages_per_device=c.rollout.pages_per_device,

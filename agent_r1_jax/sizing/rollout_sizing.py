@@ -7,9 +7,13 @@ training step and for an evaluation alike."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ml_collections import config_dict
 
 from agent_r1_jax.learner.batch_split import batch_devices
+from agent_r1_jax.rollout.config import RolloutConfig
+from agent_r1_jax.sampling.paging import PagingConfig
 
 ENGINES = ("lockstep", "slots")
 
@@ -27,6 +31,13 @@ def check_engine(c: config_dict.ConfigDict) -> None:
     raise ValueError("rollout.max_rows_per_device samples a step in waves, which is the lockstep engine's way to "
                      "bound the KV cache; the slot engine bounds it with rollout.slots_per_device: set "
                      "--config.rollout.max_rows_per_device=0 or --config.rollout.engine=lockstep")
+  paging = PagingConfig.from_config(c)  # its own fields' errors
+  if paging is not None and paging.pages_per_device:
+    rows = paging.pages_per_row(RolloutConfig.from_config(r).cache_length)
+    if paging.pages_per_device - 1 < rows:
+      raise ValueError(f"rollout.pages_per_device={paging.pages_per_device} cannot hold one episode at the full "
+                       f"context ({rows} pages of model.kv_page_size={paging.page_size} tokens, plus the null page): "
+                       f"set it to at least {rows + 1}, or 0 for every slot at full length")
 
 
 def slots_per_device(c: config_dict.ConfigDict, device_count: int, process_count: int) -> int:
@@ -40,8 +51,9 @@ def slots_per_device(c: config_dict.ConfigDict, device_count: int, process_count
 
 
 def slot_engine_options(c: config_dict.ConfigDict, device_count: int, process_count: int, *,
-                        eval_batch_size: int | None = None) -> dict[str, int]:
-  """`run_slot_episodes`' keyword arguments from `c.rollout`: slots_per_device, decode_chunk and tool_workers.
+                        eval_batch_size: int | None = None) -> dict[str, Any]:
+  """`run_slot_episodes`' keyword arguments from `c.rollout`: slots_per_device, decode_chunk, tool_workers, and the
+  KV cache's paging (`sampling.paging.PagingConfig.from_config`: `model.kv_cache` and its fields; None: dense).
 
   A training step (`eval_batch_size` None): `slots_per_device(c, ...)`, all of the step's rows at once unless
   `rollout.slots_per_device` bounds them.
@@ -64,11 +76,11 @@ def slot_engine_options(c: config_dict.ConfigDict, device_count: int, process_co
     if c.rollout.slots_per_device:
       slots = min(slots, int(c.rollout.slots_per_device))
   return {"slots_per_device": slots, "decode_chunk": int(c.rollout.decode_chunk),
-          "tool_workers": int(c.rollout.tool_workers)}
+          "tool_workers": int(c.rollout.tool_workers), "paging": PagingConfig.from_config(c)}
 
 
 def evaluation_slot_options(c: config_dict.ConfigDict, device_count: int, process_count: int,
-                            eval_batch_size: int) -> dict[str, int] | None:
+                            eval_batch_size: int) -> dict[str, Any] | None:
   """What `rollout.evaluation.evaluate_examples` takes as `slot_options` for an evaluation of `eval_batch_size`
   prompts per rollout: `slot_engine_options` when `rollout.engine` is "slots", None (the lockstep driver) when it is
   "lockstep"."""

@@ -101,6 +101,15 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.model.logits_chunk_size = 256
   # Attention of longer calls in blocks of this many queries and keys (0: dense): no [B, H, T, S] scores.
   c.model.attention_chunk_size = 512
+  # The slot engine's KV cache: "paged" (pages of kv_page_size tokens taken as an episode grows, read by the
+  # platform's kernel: models.paged_attention), "dense" (every slot at the full context; the reference) or "auto"
+  # (paged on TPU and GPU, dense on CPU: sampling.paging.PagingConfig.from_config). The lockstep engine always
+  # runs the dense cache.
+  c.model.kv_cache = "auto"
+  c.model.kv_page_size = 64
+  # The kernel reading the pages: "auto" (TPU: ragged_paged; GPU: pallas_gpu_decode; CPU: xla) or one of
+  # models.paged_attention.BACKENDS.
+  c.model.paged_attention = "auto"
   # Shape of the from-scratch model of the tiny preset (vocabulary comes from the tokenizer).
   c.model.hidden_size = 256
   c.model.intermediate_size = 768
@@ -177,6 +186,10 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # The slot engine's decode slots per batch device (0: as many as the step's rows per device; an evaluation holds
   # its batch's rows per device, at most this when set: sizing.rollout_sizing.slot_engine_options).
   c.rollout.slots_per_device = 0
+  # Pages of model.kv_page_size tokens in each batch device's pool (paged cache; the null page included). 0: enough
+  # for every slot at the full context, so no episode ever waits for pages; fewer hold more slots in the same HBM
+  # (a turn waits for its pages; `--config.dry_run_topology` sizes it).
+  c.rollout.pages_per_device = 0
   # Tokens each slot-engine decode call samples per slot at most (a turn spans as many calls as it needs).
   c.rollout.decode_chunk = 32
   # Threads running the slot engine's tool calls (the environment must accept concurrent calls when > 1).
