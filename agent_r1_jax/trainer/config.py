@@ -106,6 +106,7 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   # (paged on TPU and GPU, dense on CPU: sampling.paging.PagingConfig.from_config). The lockstep engine always
   # runs the dense cache.
   c.model.kv_cache = "auto"
+  # Tokens per page of the paged cache (a row's context rounds up to whole pages).
   c.model.kv_page_size = 64
   # The kernel reading the pages: "auto" (TPU: ragged_paged; GPU: pallas_gpu_decode; CPU: xla) or one of
   # models.paged_attention.BACKENDS.
