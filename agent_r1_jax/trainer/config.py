@@ -101,11 +101,12 @@ def base_config(algorithm: str, preset: str | None = None) -> config_dict.Config
   c.model.logits_chunk_size = 256
   # Attention of longer calls in blocks of this many queries and keys (0: dense): no [B, H, T, S] scores.
   c.model.attention_chunk_size = 512
-  # The slot engine's KV cache: "paged" (pages of kv_page_size tokens taken as an episode grows, read by the
-  # platform's kernel: models.paged_attention), "dense" (every slot at the full context; the reference) or "auto"
-  # (paged on TPU and GPU, dense on CPU: sampling.paging.PagingConfig.from_config). The lockstep engine always
-  # runs the dense cache.
-  c.model.kv_cache = "auto"
+  # The slot engine's KV cache: "dense" (every slot at the full context), "paged" (pages of kv_page_size tokens
+  # taken as an episode grows, read by the platform's kernel: models.paged_attention) or "auto" (paged on TPU and
+  # GPU, dense on CPU: sampling.paging.PagingConfig.from_config). Dense by default until the TPU compiler's dry run
+  # shows the paged engine fitting every preset's slice at no slower a step (docs/guide.md, the paged KV cache).
+  # The lockstep engine always runs the dense cache.
+  c.model.kv_cache = "dense"
   # Tokens per page of the paged cache (a row's context rounds up to whole pages).
   c.model.kv_page_size = 64
   # The kernel reading the pages: "auto" (TPU: ragged_paged; GPU: pallas_gpu_decode; CPU: xla) or one of
