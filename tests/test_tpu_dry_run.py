@@ -246,8 +246,8 @@ def test_a_mesh_that_does_not_span_the_slice_names_fsdp_minus_one():
 @pytest.mark.slow
 def test_the_cli_compiles_every_grpo_program_for_v5e_and_reports_the_compilers_figures(tmp_path):
   """One CLI dry run of the tiny GRPO preset for v5e:2x2 (its mesh filling the 4 chips, 5 rows per device so
-  micro-batches divide the 40-row mini-batch; the preset's slot engine, 10 slots per chip): every program compiled
-  by XLA:TPU, the JSON report complete,
+  micro-batches divide the 40-row mini-batch; the preset's slot engine, 10 slots per chip, over the paged cache that
+  `model.kv_cache=auto` gives a TPU): every program compiled by XLA:TPU, the JSON report complete,
   the budget the compiler's 15.75 GiB, each roofline time the longer of FLOPs at 197 TFLOP/s and bytes at
   819 GB/s."""
   report_path = tmp_path / "report.json"
@@ -263,6 +263,7 @@ def test_the_cli_compiles_every_grpo_program_for_v5e_and_reports_the_compilers_f
   assert report["chip_hbm_bytes"] == 15.75 * GIB and report["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}
   assert report["fits"] is True and report["num_params"] > 0
   assert [p["name"] for p in report["programs"]] == SLOT_GRPO_PROGRAMS
+  assert report["paged"]["slots_per_device"] == 10 and report["paged"]["fit_pages"] > 0
   for p in report["programs"]:
     for field in ("arguments", "outputs", "temporaries", "aliased", "total", "peak", "flops", "bytes_accessed"):
       assert isinstance(p[field], int), (p["name"], field)
@@ -270,8 +271,9 @@ def test_the_cli_compiles_every_grpo_program_for_v5e_and_reports_the_compilers_f
     assert p["peak"] == p["total"] + p["resident"] and p["fits"] is (p["peak"] <= 15.75 * GIB) and p["fits"]
     assert p["bytes_accessed"] > 0 and p["compile_seconds"] > 0 and "error" not in p
     assert p["flops"] > 0 or p["name"] == "sampling_weights"  # a cast and a gather: no FLOPs
-    assert p["estimated_seconds_per_iteration"] == pytest.approx(  # the loop-expanded count, as the step's
-        max(p["iteration_flops"] / 197e12, p["bytes_accessed"] / 819e9))
+    assert p["estimated_seconds_per_iteration"] == pytest.approx(  # the loop-expanded count, as the step's, and a
+        max((p["iteration_flops"] + p.get("kernel_flops", 0.0)) / 197e12,  # paged program's kernel beside it
+            (p["bytes_accessed"] + p.get("kernel_bytes", 0.0)) / 819e9))
     # Every loop's trips proven; a decode program's count is one trip of its data-dependent loop.
     assert p["iteration_flops_exact"] is True and p["iteration_flops"] >= 0 and p["iteration"] == (
         "decode step" if p["name"].startswith("decode") else "call" if "extend" in p["name"] or p["name"] ==
@@ -352,7 +354,8 @@ def test_the_slot_engines_decode_holds_its_slots_not_the_steps_rows():
   mesh = make_mesh(1, -1, 1, devices=tpu.topology_devices("v5e:2x2"))
 
   def decode_arguments(engine: str, slots_per_device: int) -> int:
-    c = _config("v5e:2x2", **{"rollout.engine": engine, "rollout.slots_per_device": slots_per_device})
+    c = _config("v5e:2x2", **{"rollout.engine": engine, "rollout.slots_per_device": slots_per_device,
+                              "model.kv_cache": "dense"})  # the paged cache: tests/test_paged_dry_run.py
     name = "decode_chunk" if engine == "slots" else "decode"
     (program,), _ = dry_run.size_programs(c, dry_run._architecture(c), mesh, programs=(name,))
     assert program.name == name and program.error is None and program.must_read
@@ -370,7 +373,7 @@ def test_the_slot_engines_gathered_calls_compute_half_the_rows():
   """With 8 slots per chip, the decode chunk compacted to half of them (4 rows gathered per chip) takes the slots'
   arguments plus the gather's index, and a decode step costs half the FLOPs of one over every slot."""
   mesh = make_mesh(1, -1, 1, devices=tpu.topology_devices("v5e:2x2"))
-  c = _config("v5e:2x2", **{"rollout.engine": "slots", "rollout.slots_per_device": 8})
+  c = _config("v5e:2x2", **{"rollout.engine": "slots", "rollout.slots_per_device": 8, "model.kv_cache": "dense"})
   full, gathered = dry_run.size_programs(c, dry_run._architecture(c), mesh,
                                          programs=("decode_chunk", "decode_chunk_gathered"))[0]
   assert full.error is None and gathered.error is None

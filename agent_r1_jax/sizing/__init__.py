@@ -8,6 +8,8 @@ the configured shapes, without weights, for this host or a TPU slice.
   hlo_text        the optimized HLO text as computations of instructions
   flops           the analytic FLOPs of a learner micro-batch
   memory          the state resident beside a program, as the compiler lays it out; a decode step's bytes
+  paged_sizing    the paged KV cache: pages and episodes per chip against the dense cache's, decode's bytes
+  rpa_cost        what one call of the TPU Ragged Paged Attention kernel reads and computes (cost_analysis can't)
   roofline        chips' published figures and a program's roofline time
   tpu             TPU topologies for compiling without the hardware (libtpu)
   rollout_sizing  how a step's rollout rows map onto slots and waves

@@ -32,12 +32,17 @@ Shapes are the configured limits (the longest prompt and response a step can hol
 sampler buckets them), so the figures bound what any step of the run needs. With `rollout.engine="slots"` the
 rollout's programs are the slot engine's (`slot_extend`, `decode_chunk` over its N slots, and the same two
 compacted to half the slots per chip, `*_gathered`, which hold the gathered rows beside the slots) instead of the
-lockstep sampler's prefill, extend and decode over the step's (or a wave's) rows. `--config.dry_run_report=PATH`
-writes the figures as JSON (`DryRunReport.to_json`).
+lockstep sampler's prefill, extend and decode over the step's (or a wave's) rows. With the paged cache
+(`model.kv_cache`, `sizing.paged_sizing`) they are compiled with the configured pool and the platform's
+kernel (on a TPU Ragged Paged Attention, lowered under a device of the slice); each adds the kernel's bytes and
+FLOPs, which `cost_analysis` cannot see (`sizing.rpa_cost`), and the report the pages per chip that fit, the
+episodes they hold against the dense cache's, and decode's bytes against what a step must read.
+`--config.dry_run_report=PATH` writes the figures as JSON (`DryRunReport.to_json`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -57,12 +62,13 @@ from agent_r1_jax.rollout import RolloutConfig
 from agent_r1_jax.rollout.stop_strings import turn_stop_strings
 from agent_r1_jax.sampling import Sampler, SamplingParams, buckets
 from agent_r1_jax.sampling import programs as sampling_programs
+from agent_r1_jax.sampling.paging import PagingConfig
 from agent_r1_jax.sampling.slots import SlotDecoder
 from agent_r1_jax.learner import batch_split, build
 from agent_r1_jax.learner import updates as learner_lib
 from agent_r1_jax.sizing import checks as sizing_checks
 from agent_r1_jax.sizing import flops as flops_lib
-from agent_r1_jax.sizing import hlo_flops, memory, roofline, rollout_sizing, tpu
+from agent_r1_jax.sizing import hlo_flops, memory, paged_sizing, roofline, rollout_sizing, tpu
 from agent_r1_jax.sizing.report import _GIB, DryRunReport, ProgramMemory
 
 def abstract_opt_state(tx, params: Any, mesh) -> Any:
@@ -164,12 +170,20 @@ def _cost(compiled) -> tuple[float | None, float | None]:
   return cost.get("flops", 0.0), cost.get("bytes accessed")  # a program without arithmetic reports no flops
 
 
+def _busiest(decoder: SlotDecoder, name: str) -> int | None:
+  """The slot program `name`'s compaction: "_gathered" at its widest gather (half the slots per chip), else none."""
+  return decoder.slots_per_device // 2 if name.endswith("_gathered") else None
+
+
 def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, programs: tuple[str, ...] | None = None,
-                  log=None) -> tuple[list[ProgramMemory], dict[str, int]]:
+                  log=None, pages_per_device: int | None = None) -> tuple[list[ProgramMemory], dict[str, int]]:
   """Every program of one step of `c` (or those named in `programs`) compiled on `mesh`.
 
   Returns the programs' figures and the per-device bytes of the state a step keeps (`actor`, `actor_opt`,
   `ref`, `critic`, `critic_opt`, `batch`), as `mesh`'s compiler lays it out (`memory.resident_bytes`).
+  The slot engine's programs over a paged cache (`model.kv_cache`) are compiled with the configured pool
+  (or `pages_per_device`), and carry the kernel's bytes and FLOPs per iteration beside the compiler's
+  (`paged_sizing`: every slot at the same point of the worst case's episode).
   """
   rows = c.trainer.batch_size * c.rollout.n_samples
   mini_rows = rows // c.actor.num_mini_batches
@@ -196,22 +210,25 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
     sampled_rows = rollout_sizing.prompts_per_wave(c, devices, 1) * c.rollout.n_samples or rows
 
   # Each program: (name, lower() -> Lowered, the state it takes as arguments). Lowered lazily, one at a time.
+  paging = PagingConfig.from_config(c, platform=mesh.devices.flat[0].platform) if slots else None
+  if paging is not None and pages_per_device is not None:
+    paging = dataclasses.replace(paging, pages_per_device=pages_per_device)
+  # Token ids are values, not shapes: any ids of the vocabulary compile the same sampler programs.
+  sampler = Sampler(actor_graphdef, max_cache_length=RolloutConfig.from_config(c.rollout).cache_length,
+                    stop_token_ids=range(len(turn_stop_strings(c.env.parallel_tool_calls)) + 1), pad_id=0,
+                    cache_dtype=getattr(jnp, c.rollout.cache_dtype), mesh=mesh)
+  decoder = SlotDecoder(sampler, slots_per_device=sampled_rows // batch_split.batch_devices(c, devices),
+                        decode_chunk=c.rollout.decode_chunk, paging=paging) if slots else None
+  extend_length = max(c.rollout.max_prompt_length, observation_tokens(c))
+
   def sampler_program(name):
-    # Token ids are values, not shapes: any ids of the vocabulary compile the same sampler programs.
-    stops = range(len(turn_stop_strings(c.env.parallel_tool_calls)) + 1)
-    sampler = Sampler(actor_graphdef, max_cache_length=RolloutConfig.from_config(c.rollout).cache_length,
-                      stop_token_ids=stops, pad_id=0, cache_dtype=getattr(jnp, c.rollout.cache_dtype), mesh=mesh)
     sampling = SamplingParams(temperature=c.rollout.temperature, top_k=c.rollout.top_k, top_p=c.rollout.top_p)
     prepared = sampler.abstract_prepared(actor)
     if slots:  # a prompt and an observation are appended by the same program: its widest call is the longer
-      decoder = SlotDecoder(sampler, slots_per_device=sampled_rows // batch_split.batch_devices(c, devices),
-                            decode_chunk=c.rollout.decode_chunk)
       # "_gathered": the call compacted to its widest gather (half the slots per chip), which holds the gathered
       # rows beside the slots.
-      gathered = name.endswith("_gathered")
-      return decoder.lower(prepared, extend_length=max(c.rollout.max_prompt_length, observation_tokens(c)),
-                           sampling=sampling, only=name.removesuffix("_gathered"),
-                           busiest=decoder.slots_per_device // 2 if gathered else None)
+      return decoder.lower(prepared, extend_length=extend_length, sampling=sampling,
+                           only=name.removesuffix("_gathered"), busiest=_busiest(decoder, name))
     return sampler.lower(prepared, rows=sampled_rows, prompt_length=c.rollout.max_prompt_length,
                          extend_length=observation_tokens(c), width=c.rollout.max_new_tokens_per_turn,
                          sampling=sampling, only=name)
@@ -259,19 +276,26 @@ def size_programs(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, *, program
   for name, lower, uses in candidates:
     if programs is not None and name not in programs:
       continue
-    with jax.set_mesh(mesh):
-      lowered = lower()
     resident = float(sum(v for k, v in held.items() if k not in uses))
     section, lm_head = updates.get(name, (None, False))
-    measured.append(_measure(name, lowered, resident, per_call.get(name)))
+    # The TPU paged kernel's lowering asks the default device for its TPU generation: a device of the target.
+    on_tpu = paging is not None and name in rollout_programs and mesh.devices.flat[0].platform == "tpu"
+    with jax.default_device(mesh.devices.flat[0]) if on_tpu else contextlib.nullcontext():
+      with jax.set_mesh(mesh):
+        lowered = lower()
+      measured.append(_measure(name, lowered, resident, per_call.get(name)))
     measured[-1].iterations_per_step = per_step[name]
+    if paging is not None and name in rollout_programs and measured[-1].error is None:
+      paged_sizing.add_kernel_cost(measured[-1], c, arch, mesh, decoder, width=buckets.slot_extend_bucket(
+          extend_length), rows=decoder.compact_width(_busiest(decoder, name) or decoder.slots_per_device),
+                                   observation=observation_tokens(c))
     if section and measured[-1].iteration_flops is not None:
       measured[-1].micro_flops_analytic = flops_lib.update_flops(
           arch, rows=c[section].micro_batch_size_per_device, prompt_length=c.rollout.max_prompt_length,
           response_length=c.rollout.max_response_length, remat=bool(c.model.remat),
           attention_chunk=c.model.attention_chunk_size, logits_chunk=c.model.logits_chunk_size,
           lm_head=lm_head) / mesh.shape["tensor"]
-    if name in ("decode", "decode_chunk"):
+    if name in ("decode", "decode_chunk") and paging is None:
       measured[-1].must_read = memory.decode_step_bytes(c, arch, dict(mesh.shape),
                                                         buckets.batch_bucket(sampled_rows))
     if log:
@@ -341,8 +365,12 @@ def dry_run(c: config_dict.ConfigDict, *, verbose: bool = True) -> DryRunReport:
   if log:
     _log_header(c, arch, target, mesh, log)
   measured, held = size_programs(c, arch, mesh, log=log)
+  paged = paged_sizing.plan(c, arch, mesh, measured, budget_bytes=target.budget_bytes,
+                            observation=observation_tokens(c), remeasure=lambda pages: size_programs(
+                                c, arch, mesh, programs=paged_sizing.SLOT_PROGRAMS, pages_per_device=pages)[0])
   report = DryRunReport(num_params=arch.num_params(), mesh=dict(mesh.shape), programs=measured,
-                        budget_bytes=target.budget_bytes, topology=c.dry_run_topology or None, chip=target.chip)
+                        budget_bytes=target.budget_bytes, topology=c.dry_run_topology or None, chip=target.chip,
+                        paged=paged)
   if log:
     log(f"per-device memory and cost, XLA:{'TPU' if target.chip else 'CPU'}'s compiled figures:")
     log(report.table())

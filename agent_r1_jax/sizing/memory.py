@@ -1,6 +1,6 @@
 """Per-device bytes the dry run sets beside each compiled program's own: the state that stays on a device while
 the program runs without being one of its arguments (`resident_bytes`), and what one decode step must read
-(`decode_step_bytes`).
+(`sampling_weight_bytes`, `decode_step_bytes`).
 
 Resident state is sized by the compiler of the devices it lives on, not from shapes. A TPU stores an array in
 tiles, 8 x 128 32-bit words over its two minor dimensions (smaller tiles for a small array, a 512-byte buffer at
@@ -38,20 +38,26 @@ def resident_bytes(tree: Any) -> int:
   return int(compiled.memory_analysis().argument_size_in_bytes)
 
 
+def sampling_weight_bytes(c: config_dict.ConfigDict, arch: Qwen2Config, mesh: dict[str, int]) -> float:
+  """Bytes of the weights one decode step multiplies by, per device: N_w x bytes(compute) / tensor, in the compute
+  dtype and the sampling sharding (whole over fsdp, split by tensor: `models.sharding.SAMPLING_RULES`). An untied
+  embedding is read only at the sampled tokens' rows, so it is left out of N_w; a tied one is the LM head."""
+  weights = arch.num_params() - (0 if arch.tie_word_embeddings else arch.vocab_size * arch.hidden_size)
+  return weights * _BYTES[c.model.compute_dtype] / mesh["tensor"]
+
+
 def decode_step_bytes(c: config_dict.ConfigDict, arch: Qwen2Config, mesh: dict[str, int], rollout_rows: int) -> float:
-  """Bytes one decode step must read per device: every weight the step multiplies by, in the compute dtype and the
-  sampling sharding (whole over fsdp, split by tensor: `models.sharding.SAMPLING_RULES`), plus the KV cache of the
-  device's b = rollout_rows / (data x fsdp) rows over all S slots (read whole, valid or not):
+  """Bytes one decode step of the dense cache must read per device: the weights (`sampling_weight_bytes`) plus
+  the KV cache of the device's b = rollout_rows / (data x fsdp) rows over all S slots (read whole, valid or not):
 
     N_w x bytes(compute) / tensor + 2 L b S K d_h bytes(cache) + b S       (K split by tensor when it divides)
 
-  with S = the prompt bucket + R and the last term the cache's per-slot mask bytes. An untied embedding is read
-  only at the sampled tokens' rows, so it is left out of N_w; a tied one is the LM head.
+  with S = the prompt bucket + R and the last term the cache's per-slot mask bytes. (The paged cache's: only the
+  positions each row attends over, `sizing.paged_sizing.decode_checks`.)
   """
   tensor = mesh["tensor"]
-  weights = arch.num_params() - (0 if arch.tie_word_embeddings else arch.vocab_size * arch.hidden_size)
   kv_heads = arch.num_key_value_heads / tensor if arch.num_key_value_heads % tensor == 0 else arch.num_key_value_heads
   rows = rollout_rows / (mesh["data"] * mesh["fsdp"])
   slots = buckets.prompt_bucket(c.rollout.max_prompt_length) + c.rollout.max_response_length
   cache = 2 * arch.num_hidden_layers * rows * slots * kv_heads * arch.head_dim * _BYTES[c.rollout.cache_dtype]
-  return weights * _BYTES[c.model.compute_dtype] / tensor + cache + rows * slots
+  return sampling_weight_bytes(c, arch, mesh) + cache + rows * slots

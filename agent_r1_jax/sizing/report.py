@@ -40,8 +40,19 @@ class ProgramMemory:
   iteration: str = "call"
   micro_flops_analytic: float | None = None
   iterations_per_step: int = 1  # how often one RL step runs that iteration (the step-time estimate)
-  # Decode: the bytes one step must read per device (`memory.decode_step_bytes`), beside `bytes_accessed`.
+  # Decode: the bytes one step must read per device (`memory.decode_step_bytes`; paged: the worst case's weights +
+  # cache attended at hd, and at the pages' padded hd', `paged_sizing.decode_checks`), beside `bytes_accessed`.
   must_read: float | None = None
+  must_read_padded: float | None = None
+  # A paged slot program's kernel per iteration (`paged_sizing.add_kernel_cost`), which `cost_analysis` cannot see
+  # inside: its HBM bytes and FLOPs, added to the compiler's for the roofline.
+  kernel_bytes: float | None = None
+  kernel_flops: float | None = None
+
+  @property
+  def iteration_bytes(self) -> float | None:
+    """Bytes of one iteration: the compiler's count plus the kernel's."""
+    return None if self.bytes_accessed is None else self.bytes_accessed + (self.kernel_bytes or 0.0)
 
   @property
   def total(self) -> int | None:
@@ -68,6 +79,7 @@ class DryRunReport:
   budget_bytes: float
   topology: str | None = None
   chip: roofline.Chip | None = None
+  paged: Any = None  # `paged_sizing.PoolPlan` of a paged slot engine run
 
   @property
   def peak(self) -> ProgramMemory:
@@ -93,7 +105,7 @@ class DryRunReport:
     its bytes accessed / bandwidth). None on XLA:CPU, for a refused program, or where its FLOPs are unknown."""
     if self.chip is None or p.iteration_flops is None or p.bytes_accessed is None:
       return None
-    return roofline.estimate_seconds(p.iteration_flops, p.bytes_accessed, self.chip)
+    return roofline.estimate_seconds(p.iteration_flops + (p.kernel_flops or 0.0), p.iteration_bytes, self.chip)
 
   def table(self) -> str:
     head = (f"  {'program':<15s} {'args':>8s} {'outputs':>8s} {'donated':>8s} {'temps':>8s} {'total':>8s} "
@@ -105,14 +117,15 @@ class DryRunReport:
       lines.append(f"  {p.name:<15s} {_cell(p.arguments)} {_cell(p.outputs)} {_cell(p.aliased)} "
                    f"{_cell(p.temporaries)} {_cell(p.total)} {_cell(p.resident, width=9)} {_cell(p.peak)} "
                    f"{_cell(p.flops, 1e9, 9, 3)} {_flops_cell(p)} "
-                   f"{_cell(p.bytes_accessed, digits=3)} {_cell(seconds, 1e-3, digits=3)} "
+                   f"{_cell(p.iteration_bytes, digits=3)} {_cell(seconds, 1e-3, digits=3)} "
                    f"{'yes' if p.fits(self.budget_bytes) else 'no':>4s} {p.compile_seconds:7.1f}s")
     lines.append("  (GiB per device; total = args + outputs - donated + temps; peak = total + resident state, as the "
                  "compiler lays it out; GFLOP and accessed GiB per device from cost_analysis, a loop body counted "
                  "once; iter GF: matmul GFLOP per device of one iteration, every loop expanded: a learner pass's "
                  "micro-batch, a decode program's decode step (one trip of its data-dependent loop), else the call; "
-                 "? where a loop's trips are not proven; est ms: roofline max(iter GF / peak FLOP/s, accessed / HBM "
-                 "bandwidth) of one iteration)")
+                 "? where a loop's trips are not proven; a paged program's accessed adds its kernel's reads and its "
+                 "est ms the kernel's FLOPs too (sizing.rpa_cost); est ms: roofline max(iter GF / peak FLOP/s, "
+                 "accessed / HBM bandwidth) of one iteration)")
     for p in self.programs:
       if p.flops_unknown is not None:
         lines.append(f"  {p.name}: iter GF unknown: {p.flops_unknown}")
@@ -126,7 +139,7 @@ class DryRunReport:
     bytes it must read, an update's FLOPs per micro-batch against the analytic count."""
     lines = []
     for p in self.programs:
-      if p.must_read and p.bytes_accessed:
+      if p.must_read and p.bytes_accessed and p.must_read_padded is None:
         lines.append(f"  {p.name}: {p.bytes_accessed / _GIB:.2f} GiB accessed per step (the compiler's count, "
                      f"one-time work outside the loop included) / {p.must_read / _GIB:.2f} GiB it must read "
                      f"(weights + KV cache) = {p.bytes_accessed / p.must_read:.2f}x")
@@ -134,6 +147,7 @@ class DryRunReport:
         lines.append(f"  {p.name}: {p.iteration_flops / 1e12:.3f} TFLOP per micro-batch per device compiled "
                      f"(matmuls, every loop expanded) / {p.micro_flops_analytic / 1e12:.3f} analytic (6 x parameters "
                      f"x tokens + attention + recompute) = {p.iteration_flops / p.micro_flops_analytic:.2f}x")
+    lines += self.paged.lines() if self.paged is not None else []
     step = self.step_seconds()
     if step is not None:
       parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in step.items() if name != "total")
@@ -163,7 +177,8 @@ class DryRunReport:
     return {"topology": self.topology, "chip": None if self.chip is None else dataclasses.asdict(self.chip),
             "chip_hbm_bytes": int(self.budget_bytes), "fits": self.fits, "mesh": dict(self.mesh),
             "num_params": int(self.num_params), "programs": [self._program_json(p) for p in self.programs],
-            "estimated_step_seconds": self.step_seconds()}
+            "estimated_step_seconds": self.step_seconds(),
+            **({"paged": self.paged.to_json()} if self.paged is not None else {})}
 
   def _program_json(self, p: ProgramMemory) -> dict[str, Any]:
     out = {"name": p.name, "arguments": _int(p.arguments), "outputs": _int(p.outputs),
@@ -173,6 +188,10 @@ class DryRunReport:
            "compile_seconds": p.compile_seconds, "estimated_seconds_per_iteration": self.estimated_seconds(p)}
     if p.must_read is not None:
       out["must_read_bytes"] = int(p.must_read)
+    if p.must_read_padded is not None:
+      out["must_read_padded_bytes"] = int(p.must_read_padded)
+    if p.kernel_bytes is not None:
+      out.update(kernel_bytes=p.kernel_bytes, kernel_flops=p.kernel_flops)
     if p.iteration_flops is not None or p.flops_unknown is not None:
       out.update(iteration_flops=p.iteration_flops, iteration_flops_exact=p.flops_unknown is None,
                  iteration=p.iteration, iterations_per_step=p.iterations_per_step)
