@@ -183,14 +183,15 @@ def _reference_rpa(monkeypatch):
   return calls
 
 
-@pytest.mark.parametrize("head_dim", [16, 128])
-def test_ragged_paged_kernel_inputs_mean_what_the_kernel_reads(monkeypatch, head_dim):
+@pytest.mark.parametrize("head_dim,combined_heads", [(16, 4), (64, 2), (128, 4)])
+def test_ragged_paged_kernel_inputs_mean_what_the_kernel_reads(monkeypatch, head_dim, combined_heads):
   """Appends and decode steps with backend ragged_paged: the kernel's reference function, fed what our code feeds
-  the kernel, gives the full forward's logits; a head width under 128 is padded to 128 in the pages."""
+  the kernel, gives the full forward's logits. The pages hold 128-lane heads: two KV heads of 64 packed into one
+  (2 combined key/value heads), heads of 16 zero-padded (8 would not divide K = 2), heads of 128 as they are."""
   calls = _reference_rpa(monkeypatch)
   m = model(head_dim)
   run_schedule(m, "combined", "ragged_paged", SCHEDULE, pages_per_device=20, max_length=48, refill={4: 0}, jit=False)
-  assert calls and all(shape[-1] == 128 and shape[2] == 4 for shape in calls)
+  assert calls and all(shape[-1] == 128 and shape[2] == combined_heads for shape in calls)
 
 
 @pytest.mark.parametrize("backend", ["pallas_gpu_decode", "pallas_tpu_decode"])

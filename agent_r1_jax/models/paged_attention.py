@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from agent_r1_jax.models import paged_kv_cache
 
 BACKENDS = ("xla", "ragged_paged", "pallas_gpu_decode", "pallas_tpu_decode")
-# The head width each backend's pages store is a multiple of (`paged_kv_cache.pool_shapes`).
+# The lane width each backend's pages store heads in (`paged_kv_cache.stored_heads`: narrower heads packed or padded).
 HEAD_MULTIPLE = {"ragged_paged": 128}
 _LAYOUT = {"ragged_paged": "combined", "pallas_gpu_decode": "head_major", "pallas_tpu_decode": "head_major"}
 
@@ -66,7 +66,7 @@ def attend(q: jax.Array, pool: tuple[jax.Array, ...], layout: str, page_table: j
 
 def _gathered(q, pool, layout, page_table, lengths, chunk):
   from agent_r1_jax.models.attention import attend as attend_dense  # pylint: disable=import-outside-toplevel
-  keys, values = (x[..., :q.shape[-1]] for x in paged_kv_cache.gather(pool, layout, page_table))
+  keys, values = paged_kv_cache.gather(pool, layout, page_table, q.shape[1], q.shape[-1])
   b, t = q.shape[0], q.shape[3]
   query_slots = lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
   key_valid = jnp.ones((b, keys.shape[2]), bool)  # causality (s <= query slot) bounds every row
@@ -76,16 +76,26 @@ def _gathered(q, pool, layout, page_table, lengths, chunk):
 def _ragged_paged(q, pages, page_table, lengths):
   from jax.experimental.pallas.ops.tpu import ragged_paged_attention as rpa  # pylint: disable=import-outside-toplevel
   b, k, g, t, hd = q.shape
-  n, page_size = page_table.shape[1], pages.shape[1]
-  # Query head k g + j reads key/value head k; q zero-padded to the pages' head width.
-  flat = paged_kv_cache.pad_head(q.transpose(0, 3, 1, 2, 4).reshape(b * t, k * g, hd), pages.shape[-1])
+  n, page_size, stored, width = page_table.shape[1], pages.shape[1], pages.shape[2] // 2, pages.shape[3]
+  # Query head k g + j reads key/value head k. Packed pages (stored < k): head k sits in lanes (k mod p) hd of stored
+  # head k // p, so its queries go there too, zero elsewhere, and read those lanes of the output.
+  pack = k // stored
+  q = q.transpose(0, 3, 1, 2, 4)  # [b, t, K, G, hd]
+  if pack > 1:
+    spread = jnp.eye(pack, dtype=q.dtype)[jnp.arange(k) % pack]  # [K, p]: head k's lane block
+    q = (q[..., None, :] * spread[:, None, :, None]).reshape(b, t, k, g, pack * hd)
+  flat = paged_kv_cache.to_stored(q.reshape(b * t, k * g, q.shape[-1])[..., None, :], width)[..., 0, :]
   kv_lens = jnp.minimum(lengths + t, n * page_size).astype(jnp.int32)
   cu_q_lens = (jnp.arange(b + 1, dtype=jnp.int32) * t)
   out = rpa.ragged_paged_attention(
       flat, pages.astype(q.dtype), kv_lens, page_table.astype(jnp.int32), cu_q_lens, jnp.array([b], jnp.int32),
       sm_scale=hd ** -0.5, num_kv_pages_per_block=max(1, min(n, RPA_KV_POSITIONS_PER_BLOCK // page_size)),
       num_queries_per_block=min(RPA_QUERIES_PER_BLOCK, b * t))
-  return out[..., :hd].reshape(b, t, k, g, hd).transpose(0, 2, 3, 1, 4)
+  out = out.reshape(b, t, k, g, width)
+  if pack > 1:  # each head's own lane block
+    out = jnp.einsum("btkgpe,kp->btkge", out[..., :pack * hd].reshape(b, t, k, g, pack, hd),
+                     jnp.eye(pack, dtype=out.dtype)[jnp.arange(k) % pack])
+  return out[..., :hd].transpose(0, 2, 3, 1, 4)
 
 
 def _paged_decode(q, pool, page_table, lengths, *, gpu):

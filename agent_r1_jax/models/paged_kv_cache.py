@@ -15,10 +15,14 @@ Two layouts, each the one its kernels read (`models.paged_attention`):
   head_major  two arrays per layer, keys and values, each `[K, P, page_size, hd]`: the Pallas paged decode
               kernels' (GPU `pallas.ops.gpu.paged_attention`, TPU `pallas.ops.tpu.paged_attention`).
 
-P = devices x pages per device (the pool's page axis is split over the batch devices). The stored head width hd'
-is hd rounded up to `head_multiple`: the TPU kernel works on whole 128-lane rows, so a model with hd = 64
-(Qwen2.5-0.5B) keeps its keys and values zero-padded to 128 in the pages (which is also how a TPU lays a 64-wide
-minor axis out in HBM); padding q with zeros leaves q . k unchanged, and the padded output lanes are dropped.
+P = devices x pages per device (the pool's page axis is split over the batch devices).
+
+Lanes (`lanes`, 128 for the TPU kernel, which works on whole 128-lane rows; 1 otherwise): heads narrower than a lane
+row are stored packed, g = lanes / hd of them side by side in one stored head of width `lanes` (K' = K / g stored
+heads; Qwen2.5-0.5B's two 64-wide heads fill one 128-lane row, as the dense cache packs them), when g divides K;
+otherwise zero-padded to a multiple of `lanes`. A packed stored head is read by every query head of its g KV heads,
+each with its q zero outside its own hd lanes, so q' . k' = q . k of its own head and its output is its own lanes of
+the weighted values (`models.paged_attention`). Neither costs HBM over the logical cache when packing applies.
 """
 
 from __future__ import annotations
@@ -48,11 +52,21 @@ def constrain_pool(x: jax.Array, layout: str, num_kv_heads: int) -> jax.Array:
   return constrain(x, pool_axes(layout, num_kv_heads, tensor))
 
 
-def pool_shapes(config: Qwen2Config, pages: int, page_size: int, layout: str, head_multiple: int = 1
+def stored_heads(num_kv_heads: int, head_dim: int, lanes: int = 1) -> tuple[int, int]:
+  """(K', hd'): the stored heads and their width for K heads of width hd in rows of `lanes` (module docstring)."""
+  if head_dim % lanes == 0:
+    return num_kv_heads, head_dim
+  group = lanes // head_dim
+  if lanes % head_dim == 0 and num_kv_heads % group == 0:
+    return num_kv_heads // group, lanes
+  return num_kv_heads, -(-head_dim // lanes) * lanes
+
+
+def pool_shapes(config: Qwen2Config, pages: int, page_size: int, layout: str, lanes: int = 1
                 ) -> tuple[tuple[int, ...], ...]:
-  """The arrays of one layer's pool: combined `([P, ps, 2K, hd'],)`, head_major `([K, P, ps, hd'],) * 2`, with
-  hd' = hd rounded up to a multiple of `head_multiple`."""
-  k, hd = config.num_key_value_heads, -(-config.head_dim // head_multiple) * head_multiple
+  """The arrays of one layer's pool: combined `([P, ps, 2K', hd'],)`, head_major `([K', P, ps, hd'],) * 2`, with
+  (K', hd') = `stored_heads(K, hd, lanes)`."""
+  k, hd = stored_heads(config.num_key_value_heads, config.head_dim, lanes)
   if layout not in LAYOUTS:
     raise ValueError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
   if layout == "combined":
@@ -102,10 +116,10 @@ class PagedKVCache:
     return self.page_table.shape[0]
 
 
-def init_pools(config: Qwen2Config, pages: int, page_size: int, layout: str, dtype, head_multiple: int = 1
+def init_pools(config: Qwen2Config, pages: int, page_size: int, layout: str, dtype, lanes: int = 1
                ) -> tuple[tuple[jax.Array, ...], ...]:
   """Zeroed pools for every layer (`pool_shapes`), constrained to `pool_axes`."""
-  shapes = pool_shapes(config, pages, page_size, layout, head_multiple)
+  shapes = pool_shapes(config, pages, page_size, layout, lanes)
   kv = config.num_key_value_heads
   return tuple(tuple(constrain_pool(jnp.zeros(s, dtype), layout, kv) for s in shapes)
                for _ in range(config.num_hidden_layers))
@@ -124,7 +138,8 @@ def write(pool: tuple[jax.Array, ...], layout: str, keys: jax.Array, values: jax
   """One device's layer pool with `keys`, `values` `[b, T, K, hd]` stored at `positions` `[b, T]` of their rows."""
   page_size = pool[0].shape[1 if layout == "combined" else 2]
   page, offset = token_pages(page_table, positions, page_size)
-  keys, values = (pad_head(x, pool[0].shape[-1]) for x in (keys, values))
+  width = pool[0].shape[-1]
+  keys, values = (to_stored(x, width) for x in (keys, values))
   if layout == "combined":
     b, t, k, hd = keys.shape
     pairs = jnp.stack([keys, values], axis=3).reshape(b, t, 2 * k, hd)  # key j at 2j, value j at 2j + 1
@@ -134,27 +149,43 @@ def write(pool: tuple[jax.Array, ...], layout: str, keys: jax.Array, values: jax
                for a, new in zip(pool, (keys, values)))
 
 
-def pad_head(x: jax.Array, width: int) -> jax.Array:
-  """`x` `[..., hd]` zero-padded to `[..., width]`."""
-  extra = width - x.shape[-1]
-  return x if not extra else jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, extra)])
+def to_stored(x: jax.Array, width: int) -> jax.Array:
+  """Heads `[..., K, hd]` as stored heads of width `width` (`stored_heads`): packed side by side when width is a
+  multiple of hd (a reshape: head j in lanes (j mod g) hd of stored head j // g), else zero-padded."""
+  *lead, k, hd = x.shape
+  if width == hd:
+    return x
+  if width % hd == 0 and k % (width // hd) == 0:
+    return x.reshape(*lead, k * hd // width, width)
+  return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, width - hd)])
 
 
-def gather(pool: tuple[jax.Array, ...], layout: str, page_table: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Every position of one device's rows, keys and values `[b, K, S', hd']` with S' = pages_per_row x page_size
+def from_stored(x: jax.Array, num_kv_heads: int, head_dim: int) -> jax.Array:
+  """`to_stored`'s inverse: stored heads `[..., K', hd']` back to `[..., K, hd]`."""
+  if x.shape[-1] == head_dim:
+    return x
+  if x.shape[-2] != num_kv_heads:
+    return x.reshape(*x.shape[:-2], num_kv_heads, head_dim)
+  return x[..., :head_dim]
+
+
+def gather(pool: tuple[jax.Array, ...], layout: str, page_table: jax.Array, num_kv_heads: int, head_dim: int
+           ) -> tuple[jax.Array, jax.Array]:
+  """Every position of one device's rows, keys and values `[b, K, S', hd]` with S' = pages_per_row x page_size
   (positions at or past a row's length hold whatever their page holds: the caller masks them)."""
   b, n = page_table.shape
   if layout == "combined":
-    pages = pool[0][page_table]  # [b, n, ps, 2K, hd]
-    ps, two_k, hd = pages.shape[2:]
-    pages = pages.reshape(b, n * ps, two_k // 2, 2, hd)
-    return pages[..., 0, :].transpose(0, 2, 1, 3), pages[..., 1, :].transpose(0, 2, 1, 3)
+    pages = pool[0][page_table]  # [b, n, ps, 2K', hd']
+    ps, two_k, width = pages.shape[2:]
+    pages = pages.reshape(b, n * ps, two_k // 2, 2, width)
+    return tuple(from_stored(pages[..., i, :], num_kv_heads, head_dim).transpose(0, 2, 1, 3) for i in (0, 1))
   out = []
-  for a in pool:  # [K, P, ps, hd] -> [K, b, n, ps, hd] -> [b, K, n ps, hd]
-    k, _, ps, hd = a.shape
-    out.append(a[:, page_table].reshape(k, b, n * ps, hd).transpose(1, 0, 2, 3))
+  for a in pool:  # [K', P, ps, hd'] -> [K', b, n, ps, hd'] -> [b, n ps, K', hd'] -> [b, K, n ps, hd]
+    k, _, ps, width = a.shape
+    stored = a[:, page_table].reshape(k, b, n * ps, width).transpose(1, 2, 0, 3)
+    out.append(from_stored(stored, num_kv_heads, head_dim).transpose(0, 2, 1, 3))
   return out[0], out[1]
 
 
-__all__ = ["LAYOUTS", "NULL_PAGE", "PagedKVCache", "constrain_pool", "gather", "init_pools", "pad_head", "pool_axes",
-           "pool_shapes", "token_pages", "write"]
+__all__ = ["LAYOUTS", "NULL_PAGE", "PagedKVCache", "constrain_pool", "from_stored", "gather", "init_pools",
+           "pool_axes", "pool_shapes", "stored_heads", "to_stored", "token_pages", "write"]

@@ -55,8 +55,8 @@ def init_state(*, rows, max_length, layers, kv_width, vocab, window, cache_dtype
 def init_paged_state(*, config, rows, pages, pages_per_row, page_size, layout, backend, window, cache_dtype):
   """Every slot empty, over a paged cache of `pages` pages (all devices'): (cache with zeroed pools, null page
   tables and lengths 0; logits `[N, V]` 0; windows `[N, K]` -1)."""
-  head_multiple = HEAD_MULTIPLE.get(backend, 1)
-  cache = PagedKVCache(pools=init_pools(config, pages, page_size, layout, cache_dtype, head_multiple),
+  lanes = HEAD_MULTIPLE.get(backend, 1)
+  cache = PagedKVCache(pools=init_pools(config, pages, page_size, layout, cache_dtype, lanes),
                        page_table=constrain(jnp.zeros((rows, pages_per_row), jnp.int32), ("batch", None)),
                        lengths=constrain(jnp.zeros((rows,), jnp.int32), ("batch",)), layout=layout, backend=backend)
   logits = constrain(jnp.zeros((rows, config.vocab_size), jnp.float32), ("batch", None))
