@@ -53,13 +53,19 @@ def test_an_append_is_read_once_per_query_block_it_spans():
     rpa_cost.call_cost(shape, [1, 0], [5, 5])
 
 
-def test_a_head_dim_64_model_keeps_128_lanes_per_head_in_its_pages():
-  shape = rpa_cost.KernelShape.of(heads=14, kv_heads=2, head_dim=64, tensor=1, page_size=64, pages_per_row=128,
-                                  kv_itemsize=2, q_itemsize=2)
-  assert (shape.head_width, shape.page_bytes) == (128, 64 * 4 * 128 * 2)
-  # Against the model's own bytes the cache attended is half the pages' (one row at 1000 positions, 24 layers).
-  logical = paged_sizing.attended(shape, 24, 1, 1000, head_dim=64)
-  assert logical == 24 * 1000 * 4 * 64 * 2 and paged_sizing.attended(shape, 24, 1, 1000, head_dim=None) == 2 * logical
+def test_narrow_heads_are_read_as_the_pages_store_them():
+  """Qwen2.5-0.5B's two 64-wide KV heads are stored packed in one 128-lane head: a page of 64 positions is
+  64 x 2 x 128 x 2 bytes, exactly the model's keys and values (2 x 2 heads x 64), and all 14 query heads read it at
+  width 128. Three 64-wide heads do not pack in pairs: each is zero-padded to 128, twice the model's bytes."""
+  packed = rpa_cost.KernelShape.of(heads=14, kv_heads=2, head_dim=64, tensor=1, page_size=64, pages_per_row=128,
+                                   kv_itemsize=2, q_itemsize=2)
+  assert (packed.heads, packed.kv_heads, packed.head_width, packed.page_bytes) == (14, 1, 128, 64 * 2 * 128 * 2)
+  logical = paged_sizing.attended(packed, 24, 1, 1000, heads=(2, 64))
+  assert logical == 24 * 1000 * 2 * 2 * 64 * 2 == paged_sizing.attended(packed, 24, 1, 1000)
+  padded = rpa_cost.KernelShape.of(heads=12, kv_heads=3, head_dim=64, tensor=1, page_size=64, pages_per_row=128,
+                                   kv_itemsize=2, q_itemsize=2)
+  assert (padded.kv_heads, padded.head_width) == (3, 128)
+  assert paged_sizing.attended(padded, 1, 1, 10) == 2 * paged_sizing.attended(padded, 1, 1, 10, heads=(3, 64))
 
 
 def _rollout(**fields) -> config_lib.config_dict.ConfigDict:

@@ -19,8 +19,9 @@ exists in this project):
 Pages (`PoolPlan`): a chip holds the pool beside everything else. The slot programs are compiled with the
 configured pool; their peak (resident state included) less that pool, as the compiler lays it out, is what is
 not pool (`non_pool_bytes`); the pages that fit are (budget - non_pool) / page bytes, where a page is
-L x page_size x 2K x hd' x bytes(cache) laid out by the target's compiler (`memory.resident_bytes` of the pool;
-hd' = hd rounded up to 128, so a hd-64 model's pages take twice its keys' and values' bytes). Episodes the pool
+L x page_size x 2K' x hd' x bytes(cache) laid out by the target's compiler (`memory.resident_bytes` of the pool;
+K' heads of width hd' as the pages store them, `models.paged_kv_cache.stored_heads`: Qwen2.5-0.5B's two 64-wide
+heads packed into one of 128 lanes, so its pages hold exactly its keys and values). Episodes the pool
 holds = (pages - 1, the null page) / ceil(context / page_size); the dense cache's at the same HBM =
 (budget - non_pool) / the bytes of one dense row (every slot at the full cache length, its valid mask included),
 both beside the same non-pool bytes (those of the configured slots' programs). What is not pool moves a little with
@@ -122,19 +123,22 @@ def episode_extend_cost(shape: rpa_cost.KernelShape, layers: int, rows: int, wid
   return total * (1.0 / len(episode.extends))
 
 
-def attended(shape: rpa_cost.KernelShape, layers: int, rows: int, kv_lens, *, head_dim: int | None) -> float:
-  """Bytes of the cache `rows` rows attend over at `kv_lens`, every layer: at the model's head_dim (the logical
-  must-read) or, with None, at the pages' padded width hd'."""
+def attended(shape: rpa_cost.KernelShape, layers: int, rows: int, kv_lens, *,
+             heads: tuple[int, int] | None = None) -> float:
+  """Bytes of the cache `rows` rows attend over at `kv_lens`, every layer: for `heads` = (K, hd) per device, the
+  model's own keys and values (the logical must-read); with None, the pages' stored K' heads of width hd' (zero
+  padding included where a width does not pack into the kernel's lanes)."""
   kv = np.broadcast_to(np.asarray(kv_lens, np.int64), (rows,))
-  return layers * rpa_cost.attended_bytes(kv, kv_heads=shape.kv_heads, head_width=head_dim or shape.head_width,
-                                          kv_itemsize=shape.kv_itemsize)
+  kv_heads, width = heads or (shape.kv_heads, shape.head_width)
+  return layers * rpa_cost.attended_bytes(kv, kv_heads=kv_heads, head_width=width, kv_itemsize=shape.kv_itemsize)
 
 
 @dataclasses.dataclass(frozen=True)
 class DecodeCheck:
   """One decode step's bytes per device under a length distribution (`label`): the compiler's count outside the
   kernel, the kernel's (`rpa_cost`), and what the step must read: the sampling weights plus the cache the rows
-  attend over at hd (`must_read`) and at the pages' hd' (`must_read_padded`)."""
+  attend over, the model's K x hd (`must_read`) and as the pages store it, K' x hd' (`must_read_padded`: larger
+  only where a head width is zero-padded)."""
   label: str
   compiler_bytes: float
   kernel_bytes: float
@@ -152,20 +156,23 @@ class DecodeCheck:
 
 
 def decode_checks(shape: rpa_cost.KernelShape, arch: Qwen2Config, *, rows: int, compiler_bytes: float,
-                  weights: float, episode: Episode, mean_context: int = ASSUMED_MEAN_CONTEXT) -> list[DecodeCheck]:
+                  weights: float, episode: Episode, mean_context: int = ASSUMED_MEAN_CONTEXT,
+                  tensor: int = 1) -> list[DecodeCheck]:
   """The decode program's bytes per step against its must-read, worst case (averaged over the episode's steps) and
-  at the assumed mean context (every row at kv_len = mean_context)."""
-  layers, hd = arch.num_hidden_layers, arch.head_dim
+  at the assumed mean context (every row at kv_len = mean_context); KV heads split over `tensor` as the pool's."""
+  layers = arch.num_hidden_layers
+  split = tensor if arch.num_key_value_heads % tensor == 0 else 1
+  model = (arch.num_key_value_heads // split, arch.head_dim)  # the device's own KV heads
   kv = episode.decode_contexts + 1
   worst, mean_kv = episode_decode_cost(shape, layers, rows, episode), float(kv.mean())
-  per_token = {w: attended(shape, layers, 1, 1, head_dim=w) for w in (hd, None)}  # one position of one row
+  per_token = {w: attended(shape, layers, 1, 1, heads=w) for w in (model, None)}  # one position of one row
   checks = [DecodeCheck(f"worst case (every turn at its full budget; contexts {int(kv.min()) - 1}-{int(kv.max()) - 1}, "
                         f"mean {mean_kv - 1:.0f})", compiler_bytes, worst.bytes, worst.flops,
-                        weights + rows * mean_kv * per_token[hd], weights + rows * mean_kv * per_token[None])]
+                        weights + rows * mean_kv * per_token[model], weights + rows * mean_kv * per_token[None])]
   at_mean = decode_cost(shape, layers, rows, mean_context)
   checks.append(DecodeCheck(f"assumed mean context {mean_context} (an assumption, not a measurement)",
                             compiler_bytes, at_mean.bytes, at_mean.flops,
-                            weights + rows * mean_context * per_token[hd],
+                            weights + rows * mean_context * per_token[model],
                             weights + rows * mean_context * per_token[None]))
   return checks
 
@@ -268,7 +275,7 @@ class PoolPlan:
                  f"outside the kernel {check.compiler_bytes / _GIB:.2f} + the kernel's reads "
                  f"{check.kernel_bytes / _GIB:.2f} (its arithmetic, sizing.rpa_cost) / {check.must_read / _GIB:.2f} "
                  f"GiB it must read (weights + the cache attended) = {check.total / check.must_read:.2f}x; against "
-                 f"the pages' padded head width {check.must_read_padded / _GIB:.2f} GiB = "
+                 f"the cache as the pages store it {check.must_read_padded / _GIB:.2f} GiB = "
                  f"{check.total / check.must_read_padded:.2f}x")
     return out
 
@@ -300,7 +307,8 @@ def add_kernel_cost(p, c: config_dict.ConfigDict, arch: Qwen2Config, mesh, decod
     cost = episode_decode_cost(shape, layers, rows, episode)
     if p.name == "decode_chunk":
       worst = decode_checks(shape, arch, rows=rows, compiler_bytes=p.bytes_accessed or 0.0,
-                            weights=memory.sampling_weight_bytes(c, arch, dict(mesh.shape)), episode=episode)[0]
+                            weights=memory.sampling_weight_bytes(c, arch, dict(mesh.shape)), episode=episode,
+                            tensor=dict(mesh.shape).get("tensor", 1))[0]
       p.must_read, p.must_read_padded = worst.must_read, worst.must_read_padded
   else:
     cost = episode_extend_cost(shape, layers, rows, width, episode)
@@ -342,7 +350,7 @@ def plan(c: config_dict.ConfigDict, arch: Qwen2Config, mesh, programs: list, *, 
                          cache_itemsize=dtype.itemsize, compute_itemsize=jnp.dtype(c.model.compute_dtype).itemsize)
     checks = tuple(decode_checks(shape, arch, rows=slots, compiler_bytes=decode.bytes_accessed,
                                  weights=memory.sampling_weight_bytes(c, arch, dict(mesh.shape)), episode=episode,
-                                 mean_context=mean))
+                                 mean_context=mean, tensor=dict(mesh.shape).get("tensor", 1)))
   return PoolPlan(slots_per_device=slots, page_size=paging.page_size, pages_per_device=compiled,
                   page_bytes=pool(pages_per_device=2) - pool(pages_per_device=1),
                   dense_row_bytes=dense_row_bytes(arch, mesh, length=max_length, cache_dtype=dtype),

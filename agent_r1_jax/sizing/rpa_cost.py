@@ -13,7 +13,8 @@ and per device. It follows `jax.experimental.pallas.ops.tpu.ragged_paged_attenti
            append of T tokens at a block boundary);
   reads    per visit the row's kv_len positions in ceil(kv_len / Bt) blocks, and every block copies all ppb pages
            (`MultiPageAsyncCopyDescriptor`: a page past the row's end is its first page again), each
-           page_size x 2K x hd' x bytes(cache): ceil(kv_len / Bt) x Bt x 2K x hd' bytes(cache);
+           page_size x 2K' x hd' x bytes(cache) (K' stored heads of width hd': `KernelShape.of`):
+           ceil(kv_len / Bt) x Bt x 2K' x hd' bytes(cache);
            per query block its q block in and its output block out, 2 x qb x H x hd' x bytes(q); the scalar
            prefetch (kv_lens, page table, cu_q_lens, 3 words) once, 4 bytes each;
   FLOPs    per visited key block and KV head, q (qb x G query rows, the whole query block) . k^T and the
@@ -31,6 +32,7 @@ import numpy as np
 
 from agent_r1_jax.models.paged_attention import (HEAD_MULTIPLE, RPA_KV_POSITIONS_PER_BLOCK,
                                                  RPA_QUERIES_PER_BLOCK)
+from agent_r1_jax.models.paged_kv_cache import stored_heads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +51,9 @@ class Cost:
 
 @dataclasses.dataclass(frozen=True)
 class KernelShape:
-  """One device's call, one layer: H query heads and K KV heads of the pages' width hd' (hd rounded up to the
-  kernel's 128 lanes), pages of `page_size` positions, n = `pages_per_row` per row's table."""
+  """One device's call, one layer: H query heads and K' stored KV heads of the pages' width hd' (the model's K heads
+  of width hd packed or padded into the kernel's 128 lanes, `of`), pages of `page_size` positions, n =
+  `pages_per_row` per row's table."""
   heads: int
   kv_heads: int
   head_width: int
@@ -63,11 +66,14 @@ class KernelShape:
   def of(cls, *, heads: int, kv_heads: int, head_dim: int, tensor: int, page_size: int, pages_per_row: int,
          kv_itemsize: int, q_itemsize: int) -> KernelShape:
     """The per-device shape of a model's call: heads split over `tensor` when whole KV heads divide (as
-    `models.paged_kv_cache.pool_axes` splits the pool), hd' = hd rounded up to `HEAD_MULTIPLE['ragged_paged']`."""
+    `models.paged_kv_cache.pool_axes` splits the pool), the stored KV heads and their width as the pages hold them
+    (`models.paged_kv_cache.stored_heads` in rows of `HEAD_MULTIPLE['ragged_paged']` lanes: Qwen2.5-0.5B's two
+    64-wide heads packed into one 128-wide stored head, widths that do not pack zero-padded); every query head is
+    passed at the stored width."""
     split = tensor if kv_heads % tensor == 0 else 1
-    multiple = HEAD_MULTIPLE["ragged_paged"]
-    return cls(heads=heads // split, kv_heads=kv_heads // split, head_width=-(-head_dim // multiple) * multiple,
-               page_size=page_size, pages_per_row=pages_per_row, kv_itemsize=kv_itemsize, q_itemsize=q_itemsize)
+    stored, width = stored_heads(kv_heads // split, head_dim, HEAD_MULTIPLE["ragged_paged"])
+    return cls(heads=heads // split, kv_heads=stored, head_width=width, page_size=page_size,
+               pages_per_row=pages_per_row, kv_itemsize=kv_itemsize, q_itemsize=q_itemsize)
 
   @property
   def pages_per_block(self) -> int:
@@ -80,7 +86,7 @@ class KernelShape:
 
   @property
   def page_bytes(self) -> int:
-    """One page of one layer: page_size x 2K x hd' x bytes(cache)."""
+    """One page of one layer: page_size x 2K' x hd' x bytes(cache)."""
     return self.page_size * 2 * self.kv_heads * self.head_width * self.kv_itemsize
 
   def queries_per_block(self, queries: int) -> int:
@@ -110,8 +116,8 @@ def call_cost(shape: KernelShape, q_lens, kv_lens) -> Cost:
 
 
 def attended_bytes(kv_lens, *, kv_heads: int, head_width: int, kv_itemsize: int) -> float:
-  """Bytes of the keys and values the rows attend over, one layer: sum(kv_len) x 2K x width x bytes(cache)
-  (the must-read: `head_width` = hd for the model's own bytes, hd' for the pages' padded ones)."""
+  """Bytes of the keys and values the rows attend over, one layer: sum(kv_len) x 2 x kv_heads x head_width x
+  bytes(cache) (the must-read: the model's K x hd, or the pages' stored K' x hd')."""
   return float(np.asarray(kv_lens, np.int64).sum()) * 2 * kv_heads * head_width * kv_itemsize
 
 
