@@ -45,15 +45,15 @@ def _command(path: pathlib.Path) -> tuple[str, str, list[str]]:
 
 
 def _decode_ratio(decode: dict) -> str:
-  """Decode's bytes per step (a paged one's kernel included) / its must-read, and against the pages' padded head
-  width where it differs."""
+  """Decode's bytes per step (a paged one's kernel included) / its must-read, and against the cache as the pages
+  store it where that differs (a zero-padded head width)."""
   if not decode.get("must_read_bytes"):
     return "-"
   total = decode["bytes_accessed"] + decode.get("kernel_bytes", 0.0)
   ratio = f"{total / decode['must_read_bytes']:.2f}x"
   padded = decode.get("must_read_padded_bytes")
   if padded and padded != decode["must_read_bytes"]:
-    ratio += f" ({total / padded:.2f}x padded)"
+    ratio += f" ({total / padded:.2f}x as stored)"
   return ratio
 
 
@@ -88,7 +88,8 @@ def _paged_row(path: pathlib.Path) -> str:
   report = json.loads(path.read_text())
   _, preset, _ = _command(path)
   plan = report["paged"]
-  ratios = " / ".join(f"{c['ratio']:.2f}x ({c['ratio_padded']:.2f}x)" for c in plan["checks"]) or "-"
+  ratios = " / ".join(f"{c['ratio']:.2f}x" + (f" ({c['ratio_padded']:.2f}x as stored)" if c["ratio_padded"] !=
+                                                c["ratio"] else "") for c in plan["checks"]) or "-"
   return (f"| {preset} | `{report['topology']}` | {plan['slots_per_device']} | {plan['page_bytes'] / 2**20:.2f} | "
           f"{plan['non_pool_bytes'] / _GIB:.2f} | {plan['fit_pages']} ({plan['pages_per_device']}) | "
           f"{plan['episodes_full']} / {plan['dense_episodes']} | {plan['episodes_mean']} | {ratios} |")
@@ -98,7 +99,7 @@ def paged_table(paths: list[pathlib.Path]) -> str:
   rows = [_paged_row(p) for p in paths if "paged" in json.loads(p.read_text())]
   head = ("| preset | slice | slots per chip | page, MiB per chip | not pool, GiB | pages per chip that fit "
           "(compiled) | episodes per chip at the worst case's full context: paged / dense | paged at the assumed mean "
-          "context | decode bytes / must read: worst case / assumed mean (against the padded pages) |\n"
+          "context | decode bytes / must read: worst case / assumed mean |\n"
           "|---|---|---|---|---|---|---|---|---|")
   return "\n".join([head] + rows) if rows else ""
 
