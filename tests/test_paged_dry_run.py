@@ -5,6 +5,8 @@ compiled for a v5e slice with the Ragged Paged Attention kernel at tiny shapes."
 from __future__ import annotations
 
 import importlib.util
+import json
+import pathlib
 
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +17,7 @@ from agent_r1_jax.sizing import dry_run, paged_sizing, rpa_cost, tpu
 from agent_r1_jax.trainer import config as config_lib
 
 GIB, MIB = 1 << 30, 1 << 20
+REPO = pathlib.Path(__file__).resolve().parents[1]
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason='libtpu is not installed (pip install -e ".[tpu]")')
 
@@ -155,3 +158,16 @@ def test_the_paged_decode_and_extend_compile_for_v5e_with_the_kernel_and_count_i
   # The page as the pool's own layout gives it, beside the program's.
   assert paged_sizing.pool_bytes(arch, mesh, pages_per_device=2, page_size=64, layout="combined",
                                  cache_dtype=jnp.bfloat16, backend="ragged_paged") == 2 * page
+
+
+def test_the_docs_table_estimates_a_paged_step_as_the_report_does():
+  """docs/make_dry_run_table.py recomputes each recorded report's step from its programs; for a paged one that
+  includes the kernel's bytes and FLOPs, as `DryRunReport.step_seconds` did when the report was written."""
+  spec = importlib.util.spec_from_file_location("make_dry_run_table", REPO / "docs" / "make_dry_run_table.py")
+  table = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(table)
+  for path in sorted((REPO / "docs" / "tpu_dry_run").glob("*_paged*.json")):
+    report = json.loads(path.read_text())
+    assert any(p.get("kernel_bytes") for p in report["programs"]), path.name
+    assert table._step_seconds(report) == pytest.approx(report["estimated_step_seconds"]["total"]), path.name
+    assert table._paged_row(path).count("|") == 10
