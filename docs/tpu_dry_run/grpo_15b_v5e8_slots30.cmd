@@ -1,1 +1,1 @@
-python -m agent_r1_jax.train --config=configs/grpo_multihopqa.py:qwen2.5-1.5b --config.dry_run=True --config.dry_run_topology=v5e:2x4 --config.rollout.slots_per_device=30 --config.model.kv_cache=dense --config.dry_run_report=docs/tpu_dry_run/grpo_15b_v5e8_slots30.json
+python -m agent_r1_jax.train --config=configs/grpo_multihopqa.py:qwen2.5-1.5b --config.dry_run=True --config.dry_run_topology=v5e:2x4 --config.rollout.slots_per_device=30 --config.dry_run_report=docs/tpu_dry_run/grpo_15b_v5e8_slots30.json

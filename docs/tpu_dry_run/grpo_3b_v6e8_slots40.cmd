@@ -1,1 +1,1 @@
-python -m agent_r1_jax.train --config=configs/grpo_multihopqa.py:qwen2.5-3b --config.dry_run=True --config.dry_run_topology=v6e:2x4 --config.rollout.slots_per_device=40 --config.model.kv_cache=dense --config.dry_run_report=docs/tpu_dry_run/grpo_3b_v6e8_slots40.json
+python -m agent_r1_jax.train --config=configs/grpo_multihopqa.py:qwen2.5-3b --config.dry_run=True --config.dry_run_topology=v6e:2x4 --config.rollout.slots_per_device=40 --config.dry_run_report=docs/tpu_dry_run/grpo_3b_v6e8_slots40.json
